@@ -1,0 +1,400 @@
+//! The lock allocation: who holds which lock, directly or (through a member)
+//! indirectly, and the checks of one atomic update (Ganeti's
+//! `Locking.Allocation`).
+//!
+//! Two indexes that must always agree: per lock, its direct holders and,
+//! for a group lock, the owners holding members; per owner, its direct
+//! holdings in lock order. `check_invariants` rebuilds the first from the
+//! second and compares.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::sync::Arc;
+
+use super::name::LockName;
+use super::owner::{Action, Entry, Mode, Owner};
+
+/// Owners are shared between the indexes; they compare by value.
+pub type OwnerRef = Arc<Owner>;
+
+/// Why an update was refused. Being blocked is not an error: blocked
+/// requests answer their blockers instead.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LockError {
+    /// The owner has a pending request and asked for a different update.
+    PendingRequest,
+    /// The same lock twice with different actions in one request.
+    Inconsistent(LockName),
+    /// Acquiring below the highest held lock without holding it or its group.
+    OrderViolation {
+        requested: LockName,
+        highest: LockName,
+    },
+    /// A member exclusively while holding its group shared.
+    MemberUnderSharedGroup { requested: LockName, group: LockName },
+}
+
+impl fmt::Display for LockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LockError::PendingRequest => {
+                f.write_str("cannot update locks while having pending requests")
+            }
+            LockError::Inconsistent(lock) => write!(f, "Inconsistent requests for lock {lock}"),
+            LockError::OrderViolation { requested, highest } => write!(
+                f,
+                "Order violation: requesting {requested} while holding {highest}"
+            ),
+            LockError::MemberUnderSharedGroup { requested, group } => write!(
+                f,
+                "Order violation: requesting exclusively {requested} while holding a shared \
+                 lock on the group lock {group} it belongs to."
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LockError {}
+
+/// Everything known about one lock that is in use.
+#[derive(Debug, Default)]
+struct LockState {
+    exclusive: Option<OwnerRef>,
+    shared: BTreeSet<OwnerRef>,
+    /// Group locks only: owners holding members, with how many they hold.
+    member_holders: BTreeMap<OwnerRef, u32>,
+    /// Group locks only: owners holding members exclusively, with how many.
+    member_exclusives: BTreeMap<OwnerRef, u32>,
+}
+
+impl LockState {
+    fn is_unused(&self) -> bool {
+        self.exclusive.is_none() && self.shared.is_empty() && self.member_holders.is_empty()
+    }
+
+    fn direct_holders(&self) -> impl Iterator<Item = &OwnerRef> {
+        self.exclusive.iter().chain(self.shared.iter())
+    }
+}
+
+fn count_up(counts: &mut BTreeMap<OwnerRef, u32>, owner: &OwnerRef) {
+    *counts.entry(Arc::clone(owner)).or_insert(0) += 1;
+}
+
+fn count_down(counts: &mut BTreeMap<OwnerRef, u32>, owner: &OwnerRef) {
+    let count = counts
+        .get_mut(owner)
+        .expect("a member held by an owner is counted on its group");
+    *count -= 1;
+    if *count == 0 {
+        counts.remove(owner);
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Allocation {
+    locks: HashMap<LockName, LockState>,
+    /// Direct holdings of every owner holding at least one lock.
+    held: HashMap<OwnerRef, BTreeMap<LockName, Mode>>,
+}
+
+impl Allocation {
+    /// The direct holdings of `owner`, in lock order.
+    pub fn holdings(&self, owner: &Owner) -> Option<&BTreeMap<LockName, Mode>> {
+        self.held.get(owner)
+    }
+
+    /// The shared handle of an owner that holds locks.
+    pub fn owner_ref(&self, owner: &Owner) -> Option<&OwnerRef> {
+        self.held.get_key_value(owner).map(|(key, _)| key)
+    }
+
+    pub fn mode_held(&self, owner: &Owner, lock: &LockName) -> Option<Mode> {
+        self.held.get(owner)?.get(lock).copied()
+    }
+
+    /// Every entry already holds exactly as asked (a release of an unheld
+    /// lock counts as satisfied).
+    pub fn is_satisfied(&self, owner: &Owner, request: &[Entry]) -> bool {
+        let held = self.held.get(owner);
+        request.iter().all(|entry| {
+            held.and_then(|locks| locks.get(&entry.lock)).copied() == entry.action.target()
+        })
+    }
+
+    /// Steps 3 to 5 of tryUpdateLocks: consistency, lock order, and members
+    /// exclusively under a shared group. These depend only on the owner's
+    /// own holdings, never on other owners.
+    pub fn check(&self, owner: &Owner, request: &[Entry]) -> Result<(), LockError> {
+        if let Some(entry) = request.iter().find(|entry| {
+            request
+                .iter()
+                .any(|other| other.lock == entry.lock && other.action != entry.action)
+        }) {
+            return Err(LockError::Inconsistent(entry.lock.clone()));
+        }
+        let Some(held) = self.held.get(owner) else {
+            return Ok(());
+        };
+        let (highest, _) = held
+            .last_key_value()
+            .expect("an owner in the index holds at least one lock");
+        for entry in request {
+            let Action::Acquire(mode) = entry.action else {
+                continue;
+            };
+            if entry.lock >= *highest {
+                continue;
+            }
+            let covers = |lock: &LockName| match (held.get(lock), mode) {
+                (Some(Mode::Exclusive), _) | (Some(Mode::Shared), Mode::Shared) => true,
+                (Some(Mode::Shared), Mode::Exclusive) | (None, _) => false,
+            };
+            let covered = covers(&entry.lock) || entry.lock.group().as_ref().is_some_and(covers);
+            if !covered {
+                return Err(LockError::OrderViolation {
+                    requested: entry.lock.clone(),
+                    highest: highest.clone(),
+                });
+            }
+        }
+        for entry in request {
+            if entry.action != Action::Acquire(Mode::Exclusive) {
+                continue;
+            }
+            if let Some(group) = entry.lock.group()
+                && held.get(&group) == Some(&Mode::Shared)
+            {
+                return Err(LockError::MemberUnderSharedGroup {
+                    requested: entry.lock.clone(),
+                    group,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Every owner that holds something in the way of `request`, whoever
+    /// asks: sorted in owner order, without duplicates. The caller removes
+    /// the requester itself (an owner never blocks itself).
+    pub fn conflicts(&self, request: &[Entry]) -> Vec<OwnerRef> {
+        let mut found: Vec<OwnerRef> = Vec::new();
+        for entry in request {
+            let Action::Acquire(mode) = entry.action else {
+                continue;
+            };
+            if let Some(state) = self.locks.get(&entry.lock) {
+                match mode {
+                    Mode::Exclusive => {
+                        found.extend(state.direct_holders().cloned());
+                        found.extend(state.member_holders.keys().cloned());
+                    }
+                    Mode::Shared => {
+                        found.extend(state.exclusive.iter().cloned());
+                        found.extend(state.member_exclusives.keys().cloned());
+                    }
+                }
+            }
+            let group_state = entry.lock.group().and_then(|group| self.locks.get(&group));
+            if let Some(group_state) = group_state {
+                found.extend(group_state.exclusive.iter().cloned());
+                if mode == Mode::Exclusive {
+                    found.extend(group_state.shared.iter().cloned());
+                }
+            }
+        }
+        found.sort_unstable();
+        found.dedup();
+        found
+    }
+
+    /// The owners blocking `owner`'s request: conflicts minus itself.
+    pub fn blockers(&self, owner: &Owner, request: &[Entry]) -> Vec<OwnerRef> {
+        let mut found = self.conflicts(request);
+        found.retain(|other| **other != *owner);
+        found
+    }
+
+    /// Applies every entry. The caller has checked the request and found no
+    /// blockers.
+    pub fn apply(&mut self, owner: &OwnerRef, request: &[Entry]) {
+        for entry in request {
+            self.apply_entry(owner, entry);
+        }
+    }
+
+    fn apply_entry(&mut self, owner: &OwnerRef, entry: &Entry) {
+        let lock = &entry.lock;
+        let before = self.mode_held(owner, lock);
+        let after = entry.action.target();
+        if before == after {
+            return;
+        }
+        let state = self.locks.entry(lock.clone()).or_default();
+        match before {
+            Some(Mode::Exclusive) => state.exclusive = None,
+            Some(Mode::Shared) => {
+                state.shared.remove(owner);
+            }
+            None => {}
+        }
+        match after {
+            Some(Mode::Exclusive) => {
+                debug_assert!(state.exclusive.is_none() && state.shared.is_empty());
+                state.exclusive = Some(Arc::clone(owner));
+            }
+            Some(Mode::Shared) => {
+                state.shared.insert(Arc::clone(owner));
+            }
+            None => {}
+        }
+        if state.is_unused() {
+            self.locks.remove(lock);
+        }
+        match after {
+            Some(mode) => {
+                self.held
+                    .entry(Arc::clone(owner))
+                    .or_default()
+                    .insert(lock.clone(), mode);
+            }
+            None => {
+                let held = self
+                    .held
+                    .get_mut(owner)
+                    .expect("a lock held before is in the owner's holdings");
+                held.remove(lock);
+                if held.is_empty() {
+                    self.held.remove(owner);
+                }
+            }
+        }
+        if let Some(group) = lock.group() {
+            let group_state = self.locks.entry(group.clone()).or_default();
+            if before.is_none() {
+                count_up(&mut group_state.member_holders, owner);
+            }
+            if after.is_none() {
+                count_down(&mut group_state.member_holders, owner);
+            }
+            if before == Some(Mode::Exclusive) {
+                count_down(&mut group_state.member_exclusives, owner);
+            }
+            if after == Some(Mode::Exclusive) {
+                count_up(&mut group_state.member_exclusives, owner);
+            }
+            if group_state.is_unused() {
+                self.locks.remove(&group);
+            }
+        }
+    }
+
+    /// Every lock in use, directly or only through members, in lock order.
+    pub fn list_all_locks(&self) -> Vec<LockName> {
+        let mut locks: Vec<LockName> = self.locks.keys().cloned().collect();
+        locks.sort_unstable();
+        locks
+    }
+
+    /// Every lock in use with its direct holders (empty for a group used only
+    /// through members), locks in lock order, holders in owner order.
+    pub fn list_all_locks_owners(&self) -> Vec<(LockName, Vec<(OwnerRef, Mode)>)> {
+        let mut rows: Vec<(LockName, Vec<(OwnerRef, Mode)>)> = self
+            .locks
+            .iter()
+            .map(|(lock, state)| {
+                let holders = match &state.exclusive {
+                    Some(owner) => vec![(Arc::clone(owner), Mode::Exclusive)],
+                    None => state
+                        .shared
+                        .iter()
+                        .map(|owner| (Arc::clone(owner), Mode::Shared))
+                        .collect(),
+                };
+                (lock.clone(), holders)
+            })
+            .collect();
+        rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        rows
+    }
+
+    /// Owners holding at least one lock, in owner order.
+    pub fn holders(&self) -> Vec<OwnerRef> {
+        let mut owners: Vec<OwnerRef> = self.held.keys().cloned().collect();
+        owners.sort_unstable();
+        owners
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty() && self.locks.is_empty()
+    }
+
+    /// Number of (owner, lock) holdings, for dumps and benchmarks.
+    pub fn holding_count(&self) -> usize {
+        self.held.values().map(BTreeMap::len).sum()
+    }
+
+    /// Panics unless the per-lock index is exactly what the per-owner
+    /// holdings imply, and no two owners hold conflicting locks.
+    pub fn check_invariants(&self) {
+        let mut expected: BTreeMap<LockName, LockState> = BTreeMap::new();
+        for (owner, held) in &self.held {
+            assert!(!held.is_empty(), "owner {owner} is indexed with no locks");
+            for (lock, mode) in held {
+                let state = expected.entry(lock.clone()).or_default();
+                match mode {
+                    Mode::Exclusive => {
+                        assert!(
+                            state.exclusive.is_none() && state.shared.is_empty(),
+                            "{lock} held exclusively by {owner} and by others"
+                        );
+                        state.exclusive = Some(Arc::clone(owner));
+                    }
+                    Mode::Shared => {
+                        assert!(
+                            state.exclusive.is_none(),
+                            "{lock} held shared by {owner} and exclusively by another"
+                        );
+                        state.shared.insert(Arc::clone(owner));
+                    }
+                }
+                if let Some(group) = lock.group() {
+                    let group_state = expected.entry(group).or_default();
+                    count_up(&mut group_state.member_holders, owner);
+                    if *mode == Mode::Exclusive {
+                        count_up(&mut group_state.member_exclusives, owner);
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            self.locks.len(),
+            expected.len(),
+            "the lock index has other locks than the holdings imply"
+        );
+        for (lock, want) in &expected {
+            let have = self
+                .locks
+                .get(lock)
+                .unwrap_or_else(|| panic!("{lock} is held but not indexed"));
+            assert_eq!(have.exclusive, want.exclusive, "exclusive holder of {lock}");
+            assert_eq!(have.shared, want.shared, "shared holders of {lock}");
+            assert_eq!(have.member_holders, want.member_holders, "members of {lock}");
+            assert_eq!(
+                have.member_exclusives, want.member_exclusives,
+                "exclusive members of {lock}"
+            );
+            // A group held by one owner excludes members held by others.
+            for holder in have.direct_holders() {
+                let others_in_way = match &have.exclusive {
+                    Some(_) => have.member_holders.keys().any(|member| member != holder),
+                    None => have.member_exclusives.keys().any(|member| member != holder),
+                };
+                assert!(
+                    !others_in_way,
+                    "{lock} held by {holder} while another owner holds a conflicting member"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! The lock core of wconfd: a pure state machine (no I/O, no clock, no
+//! threads) implementing locks.md.
+//!
+//! - [`name`]: lock names, levels, the lock order and group membership.
+//! - [`owner`]: owners, modes, request entries, priorities.
+//! - [`allocation`]: who holds what, directly and through groups, and the
+//!   checks and blockers of one atomic update.
+//! - [`manager`]: [`LockManager`], the allocation plus waiting requests: the
+//!   whole of wconfd's lock state and every operation on it.
+
+pub mod allocation;
+pub mod manager;
+pub mod name;
+pub mod owner;
+
+pub use allocation::LockError;
+
+pub use name::{Level, LockName, NameError};
+pub use owner::{Action, Entry, Ident, Mode, Owner, Priority};
+pub use manager::{LockManager, PendingRequest, RestoreError, SavedPending, SavedState, Update};
