@@ -31,7 +31,10 @@ pub enum LockError {
         highest: LockName,
     },
     /// A member exclusively while holding its group shared.
-    MemberUnderSharedGroup { requested: LockName, group: LockName },
+    MemberUnderSharedGroup {
+        requested: LockName,
+        group: LockName,
+    },
 }
 
 impl fmt::Display for LockError {
@@ -91,6 +94,67 @@ fn count_down(counts: &mut BTreeMap<OwnerRef, u32>, owner: &OwnerRef) {
     }
 }
 
+/// [`Allocation::is_satisfied`] against given holdings.
+pub fn is_satisfied_by(held: Option<&BTreeMap<LockName, Mode>>, request: &[Entry]) -> bool {
+    request.iter().all(|entry| {
+        held.and_then(|locks| locks.get(&entry.lock)).copied() == entry.action.target()
+    })
+}
+
+/// [`Allocation::check`] against given holdings, so that a sequence of
+/// updates can be planned before any is applied.
+pub fn check_against(
+    held: Option<&BTreeMap<LockName, Mode>>,
+    request: &[Entry],
+) -> Result<(), LockError> {
+    if let Some(entry) = request.iter().find(|entry| {
+        request
+            .iter()
+            .any(|other| other.lock == entry.lock && other.action != entry.action)
+    }) {
+        return Err(LockError::Inconsistent(entry.lock.clone()));
+    }
+    let Some(held) = held else {
+        return Ok(());
+    };
+    let Some((highest, _)) = held.last_key_value() else {
+        return Ok(());
+    };
+    for entry in request {
+        let Action::Acquire(mode) = entry.action else {
+            continue;
+        };
+        if entry.lock >= *highest {
+            continue;
+        }
+        let covers = |lock: &LockName| match (held.get(lock), mode) {
+            (Some(Mode::Exclusive), _) | (Some(Mode::Shared), Mode::Shared) => true,
+            (Some(Mode::Shared), Mode::Exclusive) | (None, _) => false,
+        };
+        let covered = covers(&entry.lock) || entry.lock.group().as_ref().is_some_and(covers);
+        if !covered {
+            return Err(LockError::OrderViolation {
+                requested: entry.lock.clone(),
+                highest: highest.clone(),
+            });
+        }
+    }
+    for entry in request {
+        if entry.action != Action::Acquire(Mode::Exclusive) {
+            continue;
+        }
+        if let Some(group) = entry.lock.group()
+            && held.get(&group) == Some(&Mode::Shared)
+        {
+            return Err(LockError::MemberUnderSharedGroup {
+                requested: entry.lock.clone(),
+                group,
+            });
+        }
+    }
+    Ok(())
+}
+
 #[derive(Debug, Default)]
 pub struct Allocation {
     locks: HashMap<LockName, LockState>,
@@ -116,62 +180,14 @@ impl Allocation {
     /// Every entry already holds exactly as asked (a release of an unheld
     /// lock counts as satisfied).
     pub fn is_satisfied(&self, owner: &Owner, request: &[Entry]) -> bool {
-        let held = self.held.get(owner);
-        request.iter().all(|entry| {
-            held.and_then(|locks| locks.get(&entry.lock)).copied() == entry.action.target()
-        })
+        is_satisfied_by(self.held.get(owner), request)
     }
 
     /// Steps 3 to 5 of tryUpdateLocks: consistency, lock order, and members
     /// exclusively under a shared group. These depend only on the owner's
     /// own holdings, never on other owners.
     pub fn check(&self, owner: &Owner, request: &[Entry]) -> Result<(), LockError> {
-        if let Some(entry) = request.iter().find(|entry| {
-            request
-                .iter()
-                .any(|other| other.lock == entry.lock && other.action != entry.action)
-        }) {
-            return Err(LockError::Inconsistent(entry.lock.clone()));
-        }
-        let Some(held) = self.held.get(owner) else {
-            return Ok(());
-        };
-        let (highest, _) = held
-            .last_key_value()
-            .expect("an owner in the index holds at least one lock");
-        for entry in request {
-            let Action::Acquire(mode) = entry.action else {
-                continue;
-            };
-            if entry.lock >= *highest {
-                continue;
-            }
-            let covers = |lock: &LockName| match (held.get(lock), mode) {
-                (Some(Mode::Exclusive), _) | (Some(Mode::Shared), Mode::Shared) => true,
-                (Some(Mode::Shared), Mode::Exclusive) | (None, _) => false,
-            };
-            let covered = covers(&entry.lock) || entry.lock.group().as_ref().is_some_and(covers);
-            if !covered {
-                return Err(LockError::OrderViolation {
-                    requested: entry.lock.clone(),
-                    highest: highest.clone(),
-                });
-            }
-        }
-        for entry in request {
-            if entry.action != Action::Acquire(Mode::Exclusive) {
-                continue;
-            }
-            if let Some(group) = entry.lock.group()
-                && held.get(&group) == Some(&Mode::Shared)
-            {
-                return Err(LockError::MemberUnderSharedGroup {
-                    requested: entry.lock.clone(),
-                    group,
-                });
-            }
-        }
-        Ok(())
+        check_against(self.held.get(owner), request)
     }
 
     /// Every owner that holds something in the way of `request`, whoever
@@ -379,7 +395,10 @@ impl Allocation {
                 .unwrap_or_else(|| panic!("{lock} is held but not indexed"));
             assert_eq!(have.exclusive, want.exclusive, "exclusive holder of {lock}");
             assert_eq!(have.shared, want.shared, "shared holders of {lock}");
-            assert_eq!(have.member_holders, want.member_holders, "members of {lock}");
+            assert_eq!(
+                have.member_holders, want.member_holders,
+                "members of {lock}"
+            );
             assert_eq!(
                 have.member_exclusives, want.member_exclusives,
                 "exclusive members of {lock}"

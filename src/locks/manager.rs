@@ -1,11 +1,13 @@
 //! The lock manager: the allocation plus waiting requests (Ganeti's
 //! `Locking.Waiting`), the whole lock state of wconfd.
 
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use std::sync::Arc;
 
-use super::allocation::{Allocation, LockError, OwnerRef};
+use super::allocation::{Allocation, LockError, OwnerRef, check_against, is_satisfied_by};
 use super::name::{Level, LockName};
-use super::owner::{Entry, Mode, Owner, Priority};
+use super::owner::{Action, Entry, Mode, Owner, Priority};
 
 /// The answer to an update: the owners blocking it (empty if it was
 /// applied) and the owners whose waiting requests it granted, in the order
@@ -57,9 +59,55 @@ impl std::fmt::Display for RestoreError {
 
 impl std::error::Error for RestoreError {}
 
+/// Waiting requests are kept in groups: requests with the same entries,
+/// filed under the same owner. Requests with the same entries are blocked
+/// by the same owners (less the requester itself), so a revisit decides a
+/// whole run of a group at once instead of retrying each member: draining
+/// n waiters one after another costs O(n log n), not Ganeti's O(n^2).
+type GroupId = u64;
+
+/// Members of a group, in the order Ganeti retries them.
+type WaiterKey = (Priority, OwnerRef);
+
+#[derive(Debug)]
+struct Group {
+    request: Arc<[Entry]>,
+    /// The owner the group is filed under; `None` while a revisit has it.
+    filed_under: Option<OwnerRef>,
+    members: BTreeSet<WaiterKey>,
+}
+
+/// The one pending request of an owner.
+#[derive(Debug)]
+struct Pending {
+    priority: Priority,
+    request: Arc<[Entry]>,
+    group: GroupId,
+}
+
 #[derive(Debug, Default)]
 pub struct LockManager {
     allocation: Allocation,
+    pending: HashMap<OwnerRef, Pending>,
+    groups: HashMap<GroupId, Group>,
+    /// Per blocker, its groups by their entries (at most one per entries).
+    filed: HashMap<OwnerRef, HashMap<Arc<[Entry]>, GroupId>>,
+    next_group: GroupId,
+}
+
+/// One level of a revisit cascade (Ganeti's `revisitRequests`): the groups
+/// being retried, and the owners granted in this pass, whose requests get
+/// a second look once the pass is over.
+struct Revisit {
+    queue: BinaryHeap<Reverse<(WaiterKey, GroupId)>>,
+    granted_this_pass: Vec<OwnerRef>,
+    granted_before: Vec<OwnerRef>,
+}
+
+/// A group taken out for retrying, with the owners its entries conflict with.
+struct Evaluated {
+    group: GroupId,
+    conflicts: Vec<OwnerRef>,
 }
 
 impl LockManager {
@@ -70,8 +118,27 @@ impl LockManager {
     /// `tryUpdateLocks`: apply the whole request now, or answer its blockers
     /// and change nothing.
     pub fn try_update(&mut self, owner: &Owner, request: &[Entry]) -> Result<Update, LockError> {
-        let _ = (owner, request);
-        todo!()
+        if !self.pending.contains_key(owner) && self.allocation.is_satisfied(owner, request) {
+            return Ok(Update::default());
+        }
+        if self.pending.contains_key(owner) {
+            return Err(LockError::PendingRequest);
+        }
+        self.allocation.check(owner, request)?;
+        let blockers = self.allocation.blockers(owner, request);
+        if !blockers.is_empty() {
+            return Ok(Update {
+                blockers,
+                notify: Vec::new(),
+            });
+        }
+        let owner = self.intern(owner);
+        self.allocation.apply(&owner, request);
+        let notify = self.revisit(owner);
+        Ok(Update {
+            blockers: Vec::new(),
+            notify,
+        })
     }
 
     /// `updateLocksWaiting`: like `try_update`, but a blocked request stays
@@ -83,46 +150,96 @@ impl LockManager {
         priority: Priority,
         request: &[Entry],
     ) -> Result<Update, LockError> {
-        let _ = (owner, priority, request);
-        todo!()
+        if let Some(pending) = self.pending.get(owner) {
+            if *pending.request != *request {
+                return Err(LockError::PendingRequest);
+            }
+            return Ok(Update {
+                blockers: self.allocation.blockers(owner, request),
+                notify: Vec::new(),
+            });
+        }
+        if self.allocation.is_satisfied(owner, request) {
+            return Ok(Update::default());
+        }
+        self.allocation.check(owner, request)?;
+        let blockers = self.allocation.blockers(owner, request);
+        let owner = self.intern(owner);
+        if blockers.is_empty() {
+            self.allocation.apply(&owner, request);
+            let notify = self.revisit(owner);
+            return Ok(Update { blockers, notify });
+        }
+        self.file(owner, priority, Arc::from(request), &blockers[0]);
+        Ok(Update {
+            blockers,
+            notify: Vec::new(),
+        })
     }
 
     pub fn has_pending_request(&self, owner: &Owner) -> bool {
-        let _ = owner;
-        todo!()
+        self.pending.contains_key(owner)
     }
 
     /// `freeLocks`, and the release of a dead owner: drops the pending
     /// request and every lock. Answers the owners to notify.
     pub fn free_locks(&mut self, owner: &Owner) -> Vec<OwnerRef> {
-        let _ = owner;
-        todo!()
+        self.rewrite_holdings(owner, |_, _| Some(Action::Release))
     }
 
     /// `freeLocksLevel`: drops the pending request and the locks of `level`.
     pub fn free_locks_level(&mut self, owner: &Owner, level: Level) -> Vec<OwnerRef> {
-        let _ = (owner, level);
-        todo!()
+        self.rewrite_holdings(owner, |lock, _| {
+            (lock.level() == level).then_some(Action::Release)
+        })
     }
 
     /// `downGradeLocksLevel`: drops the pending request; the locks of `level`
     /// become shared.
     pub fn downgrade_locks_level(&mut self, owner: &Owner, level: Level) -> Vec<OwnerRef> {
-        let _ = (owner, level);
-        todo!()
+        self.rewrite_holdings(owner, |lock, _| {
+            (lock.level() == level).then_some(Action::Acquire(Mode::Shared))
+        })
     }
 
     /// `intersectLocks`: drops the pending request and every lock not listed.
     pub fn intersect_locks(&mut self, owner: &Owner, keep: &[LockName]) -> Vec<OwnerRef> {
-        let _ = (owner, keep);
-        todo!()
+        self.rewrite_holdings(owner, |lock, _| {
+            (!keep.contains(lock)).then_some(Action::Release)
+        })
+    }
+
+    /// The shape of Ganeti's `manipulateLocksPredicate`: drop the pending
+    /// request, then one update of the held locks `rewrite` picks.
+    fn rewrite_holdings(
+        &mut self,
+        owner: &Owner,
+        rewrite: impl Fn(&LockName, Mode) -> Option<Action>,
+    ) -> Vec<OwnerRef> {
+        self.remove_pending(owner);
+        let request: Vec<Entry> = self
+            .allocation
+            .holdings(owner)
+            .into_iter()
+            .flatten()
+            .filter_map(|(lock, mode)| Some(Entry::new(lock.clone(), rewrite(lock, *mode)?)))
+            .collect();
+        let update = self
+            .try_update(owner, &request)
+            .expect("releasing or downgrading held locks without a pending request never fails");
+        debug_assert!(update.blockers.is_empty());
+        update.notify
     }
 
     /// `opportunisticLockUnion`: the locks newly acquired, in the order they
     /// were acquired. Never errors, never blocks, notifies nobody.
-    pub fn opportunistic_union(&mut self, owner: &Owner, wanted: &[(LockName, Mode)]) -> Vec<LockName> {
-        let _ = (owner, wanted);
-        todo!()
+    pub fn opportunistic_union(
+        &mut self,
+        owner: &Owner,
+        wanted: &[(LockName, Mode)],
+    ) -> Vec<LockName> {
+        let plan = self.plan_union(owner, wanted);
+        self.apply_union(owner, plan)
     }
 
     /// `guardedOpportunisticLockUnion`: as `opportunistic_union` if at least
@@ -134,15 +251,63 @@ impl LockManager {
         owner: &Owner,
         wanted: &[(LockName, Mode)],
     ) -> Vec<LockName> {
-        let _ = (count, owner, wanted);
-        todo!()
+        let plan = self.plan_union(owner, wanted);
+        if plan.len() < count {
+            return Vec::new();
+        }
+        self.apply_union(owner, plan)
+    }
+
+    /// Which entries of an opportunistic union succeed, without changing
+    /// anything: each is tried alone, in (lock, mode) order, against the
+    /// owner's holdings as the earlier entries left them. Other owners'
+    /// holdings cannot change meanwhile (acquiring never grants a waiter).
+    fn plan_union(&self, owner: &Owner, wanted: &[(LockName, Mode)]) -> Vec<(LockName, Mode)> {
+        if self.pending.contains_key(owner) {
+            return Vec::new();
+        }
+        let mut held = self.allocation.holdings(owner).cloned().unwrap_or_default();
+        let mut tries: Vec<(LockName, Mode)> = wanted
+            .iter()
+            .filter(|(lock, mode)| held.get(lock).copied() < Some(*mode))
+            .cloned()
+            .collect();
+        tries.sort();
+        let mut plan = Vec::new();
+        for (lock, mode) in tries {
+            let entry = [Entry::new(lock.clone(), Action::Acquire(mode))];
+            let acquired = is_satisfied_by(Some(&held), &entry)
+                || (check_against(Some(&held), &entry).is_ok()
+                    && self.allocation.blockers(owner, &entry).is_empty());
+            if acquired {
+                held.insert(lock.clone(), mode);
+                plan.push((lock, mode));
+            }
+        }
+        plan
+    }
+
+    fn apply_union(&mut self, owner: &Owner, plan: Vec<(LockName, Mode)>) -> Vec<LockName> {
+        let mut acquired = Vec::with_capacity(plan.len());
+        for (lock, mode) in plan {
+            let update = self
+                .try_update(owner, &[Entry::new(lock.clone(), Action::Acquire(mode))])
+                .expect("a planned union entry passes its checks");
+            debug_assert!(update.blockers.is_empty() && update.notify.is_empty());
+            acquired.push(lock);
+        }
+        acquired
     }
 
     /// `listLocks`: the owner's direct holdings in lock order.
     pub fn list_locks(&self, owner: &Owner) -> Vec<(LockName, Mode)> {
         self.allocation
             .holdings(owner)
-            .map(|held| held.iter().map(|(lock, mode)| (lock.clone(), *mode)).collect())
+            .map(|held| {
+                held.iter()
+                    .map(|(lock, mode)| (lock.clone(), *mode))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -159,32 +324,587 @@ impl LockManager {
     /// The pending half of `listLocksWaitingStatus`: every pending request
     /// exactly as sent, in (priority, owner) order.
     pub fn list_pending(&self) -> Vec<PendingRequest> {
-        todo!()
+        let mut listing: Vec<PendingRequest> = self
+            .pending
+            .iter()
+            .map(|(owner, pending)| PendingRequest {
+                priority: pending.priority,
+                owner: Arc::clone(owner),
+                request: pending.request.to_vec(),
+            })
+            .collect();
+        listing.sort_unstable_by(|a, b| (a.priority, &a.owner).cmp(&(b.priority, &b.owner)));
+        listing
     }
 
     /// Every owner holding a lock or waiting for one, in owner order: the
     /// owners death detection must probe.
     pub fn owners(&self) -> Vec<OwnerRef> {
-        todo!()
+        let mut owners = self.allocation.holders();
+        owners.extend(
+            self.pending
+                .keys()
+                .filter(|owner| self.allocation.holdings(owner).is_none())
+                .cloned(),
+        );
+        owners.sort_unstable();
+        owners
+    }
+
+    /// Number of pending requests.
+    pub fn pending_count(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Number of (owner, lock) holdings.
+    pub fn holding_count(&self) -> usize {
+        self.allocation.holding_count()
     }
 
     pub fn saved(&self) -> SavedState {
-        todo!()
+        let holdings = self
+            .allocation
+            .holders()
+            .into_iter()
+            .map(|owner| {
+                let locks = self.list_locks(&owner);
+                (Owner::clone(&owner), locks)
+            })
+            .collect();
+        let pending = self
+            .list_pending()
+            .into_iter()
+            .map(|listed| {
+                let group = &self.groups[&self.pending[&listed.owner].group];
+                let filed_under = group
+                    .filed_under
+                    .as_ref()
+                    .expect("outside a revisit every group is filed");
+                SavedPending {
+                    priority: listed.priority,
+                    owner: Owner::clone(&listed.owner),
+                    request: listed.request,
+                    filed_under: Owner::clone(filed_under),
+                }
+            })
+            .collect();
+        SavedState { holdings, pending }
     }
 
+    /// Rebuilds a state from its saved form, refusing an impossible one
+    /// (conflicting holders, a pending request that is not blocked by the
+    /// owner it is filed under, an owner listed twice).
     pub fn restore(saved: &SavedState) -> Result<LockManager, RestoreError> {
-        let _ = saved;
-        todo!()
+        let mut manager = LockManager::new();
+        for (owner, locks) in &saved.holdings {
+            if manager.allocation.holdings(owner).is_some() {
+                return Err(RestoreError(format!("owner {owner} is listed twice")));
+            }
+            let request: Vec<Entry> = locks
+                .iter()
+                .map(|(lock, mode)| Entry::new(lock.clone(), Action::Acquire(*mode)))
+                .collect();
+            manager.allocation.check(owner, &request).map_err(|error| {
+                RestoreError(format!("inconsistent lock status for {owner}: {error}"))
+            })?;
+            let blockers = manager.allocation.blockers(owner, &request);
+            if !blockers.is_empty() {
+                return Err(RestoreError(format!(
+                    "inconsistent lock status for {owner}: blocked on {}",
+                    owner_list(&blockers)
+                )));
+            }
+            manager.allocation.apply(&Arc::new(owner.clone()), &request);
+        }
+        for waiter in &saved.pending {
+            let owner = &waiter.owner;
+            if manager.pending.contains_key(owner) {
+                return Err(RestoreError(format!(
+                    "owner {owner} has two pending requests"
+                )));
+            }
+            manager
+                .allocation
+                .check(owner, &waiter.request)
+                .map_err(|error| {
+                    RestoreError(format!("pending request of {owner} is invalid: {error}"))
+                })?;
+            let blockers = manager.allocation.blockers(owner, &waiter.request);
+            let Some(filed_under) = blockers.iter().find(|b| ***b == waiter.filed_under) else {
+                return Err(RestoreError(format!(
+                    "pending request of {owner} is not blocked by {}, the owner it is filed \
+                     under (blocked on {})",
+                    waiter.filed_under,
+                    owner_list(&blockers)
+                )));
+            };
+            let filed_under = Arc::clone(filed_under);
+            let owner = manager.intern(owner);
+            manager.file(
+                owner,
+                waiter.priority,
+                Arc::from(waiter.request.as_slice()),
+                &filed_under,
+            );
+        }
+        Ok(manager)
+    }
+
+    /// The shared handle of an owner, reusing the one already indexed.
+    fn intern(&self, owner: &Owner) -> OwnerRef {
+        if let Some(known) = self.allocation.owner_ref(owner) {
+            return Arc::clone(known);
+        }
+        if let Some((known, _)) = self.pending.get_key_value(owner) {
+            return Arc::clone(known);
+        }
+        Arc::new(owner.clone())
+    }
+
+    /// Makes `request` the pending request of `owner`, filed under `blocker`.
+    fn file(
+        &mut self,
+        owner: OwnerRef,
+        priority: Priority,
+        request: Arc<[Entry]>,
+        blocker: &OwnerRef,
+    ) {
+        let existing = self
+            .filed
+            .get(blocker)
+            .and_then(|groups| groups.get(&*request))
+            .copied();
+        let group_id = match existing {
+            Some(group_id) => group_id,
+            None => {
+                let group_id = self.new_group(Arc::clone(&request), BTreeSet::new());
+                self.attach(group_id, blocker);
+                group_id
+            }
+        };
+        let group = self
+            .groups
+            .get_mut(&group_id)
+            .expect("a filed group exists");
+        let request = Arc::clone(&group.request);
+        group.members.insert((priority, Arc::clone(&owner)));
+        self.pending.insert(
+            owner,
+            Pending {
+                priority,
+                request,
+                group: group_id,
+            },
+        );
+    }
+
+    /// Drops the pending request of `owner`, if it has one.
+    fn remove_pending(&mut self, owner: &Owner) {
+        let Some((owner, pending)) = self.pending.remove_entry(owner) else {
+            return;
+        };
+        let group = self
+            .groups
+            .get_mut(&pending.group)
+            .expect("a pending request's group exists");
+        let removed = group.members.remove(&(pending.priority, owner));
+        debug_assert!(removed, "a pending request is a member of its group");
+        if group.members.is_empty() {
+            self.drop_group(pending.group);
+        }
+    }
+
+    /// A new group of `members`, each of which is pointed at it.
+    fn new_group(&mut self, request: Arc<[Entry]>, members: BTreeSet<WaiterKey>) -> GroupId {
+        let group_id = self.next_group;
+        self.next_group += 1;
+        for (_, owner) in &members {
+            self.pending
+                .get_mut(owner)
+                .expect("a group member is pending")
+                .group = group_id;
+        }
+        self.groups.insert(
+            group_id,
+            Group {
+                request,
+                filed_under: None,
+                members,
+            },
+        );
+        group_id
+    }
+
+    /// Files a detached group under `blocker`, merging it into the group
+    /// with the same entries already there (the smaller moves).
+    fn attach(&mut self, group_id: GroupId, blocker: &OwnerRef) {
+        let request = Arc::clone(&self.groups[&group_id].request);
+        let existing = self
+            .filed
+            .get(blocker)
+            .and_then(|groups| groups.get(&request))
+            .copied();
+        let Some(existing) = existing else {
+            self.groups
+                .get_mut(&group_id)
+                .expect("attached group exists")
+                .filed_under = Some(Arc::clone(blocker));
+            self.filed
+                .entry(Arc::clone(blocker))
+                .or_default()
+                .insert(request, group_id);
+            return;
+        };
+        let (into, from) =
+            if self.groups[&existing].members.len() >= self.groups[&group_id].members.len() {
+                (existing, group_id)
+            } else {
+                (group_id, existing)
+            };
+        let moved = std::mem::take(
+            &mut self
+                .groups
+                .get_mut(&from)
+                .expect("merged group exists")
+                .members,
+        );
+        for (_, owner) in &moved {
+            self.pending
+                .get_mut(owner)
+                .expect("a group member is pending")
+                .group = into;
+        }
+        self.groups.remove(&from);
+        let target = self.groups.get_mut(&into).expect("merge target exists");
+        target.members.extend(moved);
+        target.filed_under = Some(Arc::clone(blocker));
+        self.filed
+            .entry(Arc::clone(blocker))
+            .or_default()
+            .insert(request, into);
+    }
+
+    /// Forgets an empty group, wherever it is filed.
+    fn drop_group(&mut self, group_id: GroupId) {
+        let group = self.groups.remove(&group_id).expect("dropped group exists");
+        debug_assert!(group.members.is_empty());
+        if let Some(blocker) = group.filed_under {
+            let groups = self
+                .filed
+                .get_mut(&blocker)
+                .expect("a filed group is indexed");
+            groups.remove(&group.request);
+            if groups.is_empty() {
+                self.filed.remove(&blocker);
+            }
+        }
+    }
+
+    /// Retries the requests filed under `changed` after it changed its
+    /// locks, granting what can be granted, exactly as Ganeti's
+    /// `revisitRequests`: in (priority, owner) order; each grant first
+    /// revisits the requests filed under the granted owner (depth first);
+    /// the owners granted in a pass are revisited again once it ends. A
+    /// still-blocked request is re-filed under its smallest blocker. Answers
+    /// the owners granted, in grant order. An explicit stack, not recursion:
+    /// cascades are as deep as clients make them.
+    fn revisit(&mut self, changed: OwnerRef) -> Vec<OwnerRef> {
+        if !self.filed.contains_key(&changed) {
+            return Vec::new();
+        }
+        let mut granted_all = Vec::new();
+        let mut stack = vec![self.start_revisit(&[changed])];
+        while let Some(mut level) = stack.pop() {
+            if let Some(granted) = self.grant_next(&mut level.queue) {
+                granted_all.push(Arc::clone(&granted));
+                level.granted_this_pass.push(Arc::clone(&granted));
+                let nested = self.start_revisit(&[granted]);
+                stack.push(level);
+                stack.push(nested);
+            } else if !level.granted_this_pass.is_empty() {
+                let again = std::mem::take(&mut level.granted_this_pass);
+                level.queue = self.start_revisit(&again).queue;
+                level.granted_before.extend(again);
+                stack.push(level);
+            } else if let Some(parent) = stack.last_mut() {
+                parent.granted_this_pass.extend(level.granted_before);
+            }
+        }
+        granted_all
+    }
+
+    /// Takes the groups filed under `owners` out for retrying.
+    fn start_revisit(&mut self, owners: &[OwnerRef]) -> Revisit {
+        let mut queue = BinaryHeap::new();
+        for owner in owners {
+            let Some(groups) = self.filed.remove(owner) else {
+                continue;
+            };
+            for group_id in groups.into_values() {
+                let group = self
+                    .groups
+                    .get_mut(&group_id)
+                    .expect("a filed group exists");
+                group.filed_under = None;
+                let head = group
+                    .members
+                    .first()
+                    .expect("groups are never empty")
+                    .clone();
+                queue.push(Reverse((head, group_id)));
+            }
+        }
+        Revisit {
+            queue,
+            granted_this_pass: Vec::new(),
+            granted_before: Vec::new(),
+        }
+    }
+
+    /// Advances a revisit to its next grant: finds the first waiter, in
+    /// (priority, owner) order, that the current allocation lets through;
+    /// re-files every waiter before it; grants it and answers its owner.
+    /// With no grantable waiter left, re-files everything and answers None.
+    fn grant_next(
+        &mut self,
+        queue: &mut BinaryHeap<Reverse<(WaiterKey, GroupId)>>,
+    ) -> Option<OwnerRef> {
+        // Groups are taken in the order of their first waiter until no
+        // later group can hold an earlier grantable waiter.
+        let mut evaluated: Vec<Evaluated> = Vec::new();
+        let mut candidate: Option<WaiterKey> = None;
+        loop {
+            let next_is_earlier = match (queue.peek(), &candidate) {
+                (None, _) => false,
+                (Some(_), None) => true,
+                (Some(Reverse((head, _))), Some(best)) => head < best,
+            };
+            if !next_is_earlier {
+                break;
+            }
+            let Reverse((head, group_id)) = queue.pop().expect("peeked");
+            let conflicts = self.allocation.conflicts(&self.groups[&group_id].request);
+            let grantable = match conflicts.as_slice() {
+                [] => Some(head),
+                // Blocked only by one of its own members: that member may go.
+                [only] => self.member_key(group_id, only),
+                _ => None,
+            };
+            if let Some(key) = grantable
+                && candidate.as_ref().is_none_or(|best| key < *best)
+            {
+                candidate = Some(key);
+            }
+            evaluated.push(Evaluated {
+                group: group_id,
+                conflicts,
+            });
+        }
+        let mut granted: Option<(OwnerRef, Arc<[Entry]>)> = None;
+        for Evaluated { group, conflicts } in evaluated {
+            let (before, from) = match &candidate {
+                Some(key) => self.split_group(group, key),
+                None => (Some(group), None),
+            };
+            if let Some(before) = before {
+                self.refile_blocked(before, &conflicts);
+            }
+            let Some(from) = from else { continue };
+            let members = &mut self
+                .groups
+                .get_mut(&from)
+                .expect("split part exists")
+                .members;
+            if members.first() == candidate.as_ref() {
+                let (_, owner) = members.pop_first().expect("the candidate is first");
+                let request = Arc::clone(&self.groups[&from].request);
+                let pending = self
+                    .pending
+                    .remove(&owner)
+                    .expect("a group member is pending");
+                debug_assert_eq!(pending.group, from);
+                granted = Some((owner, request));
+            }
+            match self.groups[&from].members.first() {
+                Some(head) => queue.push(Reverse((head.clone(), from))),
+                None => {
+                    self.groups.remove(&from);
+                }
+            }
+        }
+        let (owner, request) = granted?;
+        debug_assert!(self.allocation.check(&owner, &request).is_ok());
+        debug_assert!(self.allocation.blockers(&owner, &request).is_empty());
+        self.allocation.apply(&owner, &request);
+        Some(owner)
+    }
+
+    /// The key of `owner`'s waiting request if it is a member of the group.
+    fn member_key(&self, group_id: GroupId, owner: &OwnerRef) -> Option<WaiterKey> {
+        let pending = self.pending.get(owner)?;
+        (pending.group == group_id).then(|| (pending.priority, Arc::clone(owner)))
+    }
+
+    /// Splits a detached group at `key` into the members before it and the
+    /// members from it on, answering the group of each part (None if empty).
+    /// The smaller part moves to a new group, so splitting stays cheap.
+    fn split_group(
+        &mut self,
+        group_id: GroupId,
+        key: &WaiterKey,
+    ) -> (Option<GroupId>, Option<GroupId>) {
+        let group = self.groups.get_mut(&group_id).expect("split group exists");
+        let from = group.members.split_off(key);
+        if from.is_empty() {
+            return (Some(group_id), None);
+        }
+        if group.members.is_empty() {
+            group.members = from;
+            return (None, Some(group_id));
+        }
+        let request = Arc::clone(&group.request);
+        if from.len() <= group.members.len() {
+            (Some(group_id), Some(self.new_group(request, from)))
+        } else {
+            let before = std::mem::replace(&mut group.members, from);
+            (Some(self.new_group(request, before)), Some(group_id))
+        }
+    }
+
+    /// Re-files a detached group whose members are all blocked by
+    /// `conflicts` (less themselves): under the smallest conflict, except
+    /// the member that is that smallest conflict itself, which goes under
+    /// the next one.
+    fn refile_blocked(&mut self, group_id: GroupId, conflicts: &[OwnerRef]) {
+        let smallest = conflicts
+            .first()
+            .expect("a group retried and not granted has conflicts");
+        if let Some(key) = self.member_key(group_id, smallest) {
+            let next = conflicts
+                .get(1)
+                .expect("a member blocked only by itself is granted, not re-filed");
+            let group = self
+                .groups
+                .get_mut(&group_id)
+                .expect("re-filed group exists");
+            if group.members.len() == 1 {
+                self.attach(group_id, next);
+                return;
+            }
+            group.members.remove(&key);
+            let request = Arc::clone(&group.request);
+            let alone = self.new_group(request, BTreeSet::from([key]));
+            self.attach(alone, next);
+        }
+        self.attach(group_id, smallest);
     }
 
     /// Panics unless every internal index agrees with the others and every
     /// pending request is blocked by the owner it is filed under.
     pub fn check_invariants(&self) {
         self.allocation.check_invariants();
+        let mut members = 0;
+        for (group_id, group) in &self.groups {
+            assert!(!group.members.is_empty(), "group {group_id} is empty");
+            let blocker = group
+                .filed_under
+                .as_ref()
+                .expect("outside a revisit every group is filed");
+            assert_eq!(
+                self.filed
+                    .get(blocker)
+                    .and_then(|groups| groups.get(&group.request)),
+                Some(group_id),
+                "group {group_id} is not indexed under {blocker}"
+            );
+            for (priority, owner) in &group.members {
+                let pending = self.pending.get(owner).expect("a group member is pending");
+                assert_eq!(pending.group, *group_id, "group of {owner}");
+                assert_eq!(pending.priority, *priority, "priority of {owner}");
+                assert_eq!(*pending.request, *group.request, "request of {owner}");
+                assert!(
+                    self.allocation.check(owner, &group.request).is_ok(),
+                    "pending request of {owner} fails its checks"
+                );
+                assert!(
+                    self.allocation
+                        .blockers(owner, &group.request)
+                        .contains(blocker),
+                    "pending request of {owner} is not blocked by {blocker}, \
+                     the owner it is filed under"
+                );
+            }
+            members += group.members.len();
+        }
+        assert_eq!(
+            members,
+            self.pending.len(),
+            "pending requests outside groups"
+        );
+        let indexed: usize = self
+            .filed
+            .values()
+            .map(|groups| {
+                assert!(!groups.is_empty(), "an empty blocker index");
+                groups.len()
+            })
+            .sum();
+        assert_eq!(
+            indexed,
+            self.groups.len(),
+            "groups outside the blocker index"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(id: u64) -> Owner {
+        Owner::job(
+            id,
+            format!("/root/livelocks/job_{id:06}_1"),
+            1000 + id as u32,
+        )
     }
 
-    #[allow(dead_code)]
-    fn placeholder(&self) -> Option<Arc<Owner>> {
-        None
+    fn node(name: &str) -> LockName {
+        LockName::parse(&format!("node/{name}")).expect("valid")
     }
+
+    /// Waiters on one lock are granted one by one in (priority, owner)
+    /// order, each notified exactly once.
+    #[test]
+    fn a_queue_of_waiters_drains_in_order() {
+        let mut locks = LockManager::new();
+        let n1 = [Entry::exclusive(node("n1"))];
+        locks.try_update(&job(0), &n1).expect("free lock");
+        for id in (1..=50).rev() {
+            let priority = if id % 7 == 0 { -5 } else { 0 };
+            let update = locks
+                .update_waiting(&job(id), priority, &n1)
+                .expect("valid");
+            assert_eq!(update.blockers, vec![Arc::new(job(0))]);
+            locks.check_invariants();
+        }
+        let mut expected: Vec<(Priority, u64)> = (1..=50)
+            .map(|id| (if id % 7 == 0 { -5 } else { 0 }, id))
+            .collect();
+        expected.sort();
+        let mut holder = job(0);
+        for (_, id) in expected {
+            let notify = locks.free_locks(&holder);
+            assert_eq!(notify, vec![Arc::new(job(id))]);
+            locks.check_invariants();
+            holder = job(id);
+        }
+        assert!(locks.free_locks(&holder).is_empty());
+        assert_eq!(locks.owners(), Vec::<OwnerRef>::new());
+    }
+}
+
+fn owner_list(owners: &[OwnerRef]) -> String {
+    let names: Vec<String> = owners.iter().map(|owner| owner.to_string()).collect();
+    format!("[{}]", names.join(", "))
 }
