@@ -857,6 +857,11 @@ impl LockManager {
     }
 }
 
+fn owner_list(owners: &[OwnerRef]) -> String {
+    let names: Vec<String> = owners.iter().map(|owner| owner.to_string()).collect();
+    format!("[{}]", names.join(", "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -902,9 +907,4 @@ mod tests {
         assert!(locks.free_locks(&holder).is_empty());
         assert_eq!(locks.owners(), Vec::<OwnerRef>::new());
     }
-}
-
-fn owner_list(owners: &[OwnerRef]) -> String {
-    let names: Vec<String> = owners.iter().map(|owner| owner.to_string()).collect();
-    format!("[{}]", names.join(", "))
 }

@@ -12,9 +12,11 @@ pub mod allocation;
 pub mod manager;
 pub mod name;
 pub mod owner;
+#[cfg(test)]
+mod worked_examples;
 
 pub use allocation::LockError;
 
+pub use manager::{LockManager, PendingRequest, RestoreError, SavedPending, SavedState, Update};
 pub use name::{Level, LockName, NameError};
 pub use owner::{Action, Entry, Ident, Mode, Owner, Priority};
-pub use manager::{LockManager, PendingRequest, RestoreError, SavedPending, SavedState, Update};

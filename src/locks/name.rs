@@ -312,10 +312,7 @@ mod tests {
             assert!(error.to_string().contains(&format!("'{text}'")), "{error}");
         }
         let long = format!("node/{}", "x".repeat(LOCK_NAME_BYTES_MAX));
-        assert_eq!(
-            LockName::parse(&long),
-            Err(NameError::TooLong(long.len()))
-        );
+        assert_eq!(LockName::parse(&long), Err(NameError::TooLong(long.len())));
     }
 
     #[test]
