@@ -6,3 +6,4 @@
 
 pub mod limits;
 pub mod locks;
+pub mod protocol;

@@ -1,0 +1,152 @@
+//! Framing of protocol.md: one UTF-8 JSON document, optional whitespace,
+//! then the byte 0x03 (ETX). No length prefix, so the reader scans for ETX
+//! and refuses to buffer more than the frame limit.
+
+/// The byte that ends every message.
+pub const ETX: u8 = 0x03;
+
+/// What went wrong with the framing itself. After this the connection
+/// cannot be trusted to find the next message boundary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FrameError {
+    /// More than the limit arrived without an ETX.
+    TooLong { limit_bytes: usize },
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameError::TooLong { limit_bytes } => {
+                write!(
+                    f,
+                    "message longer than the frame limit of {limit_bytes} bytes"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for FrameError {}
+
+/// Bytes received on one connection, cut into frames.
+#[derive(Debug)]
+pub struct FrameReader {
+    buffer: Vec<u8>,
+    /// Bytes of `buffer` already searched for ETX (none of them is one).
+    scanned: usize,
+    limit_bytes: usize,
+}
+
+impl FrameReader {
+    pub fn new(limit_bytes: usize) -> FrameReader {
+        FrameReader {
+            buffer: Vec::new(),
+            scanned: 0,
+            limit_bytes,
+        }
+    }
+
+    /// Space to read into: at most up to the limit plus the ETX, so a
+    /// client can never make the buffer grow past the limit.
+    pub fn spare(&mut self, chunk_bytes: usize) -> Option<&mut [u8]> {
+        let room = (self.limit_bytes + 1).saturating_sub(self.buffer.len());
+        if room == 0 {
+            return None;
+        }
+        let start = self.buffer.len();
+        self.buffer.resize(start + room.min(chunk_bytes), 0);
+        Some(&mut self.buffer[start..])
+    }
+
+    /// Keeps `filled` bytes of the space handed out by `spare`.
+    pub fn commit(&mut self, spare_bytes: usize, filled: usize) {
+        debug_assert!(filled <= spare_bytes);
+        self.buffer
+            .truncate(self.buffer.len() - spare_bytes + filled);
+    }
+
+    /// Appends bytes (for tests and in-memory peers).
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buffer.extend_from_slice(bytes);
+    }
+
+    /// The next complete frame (without its ETX), if one has arrived.
+    pub fn next_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        let found = self.buffer[self.scanned..]
+            .iter()
+            .position(|byte| *byte == ETX)
+            .map(|offset| self.scanned + offset);
+        match found {
+            Some(end) => {
+                let mut frame: Vec<u8> = self.buffer.drain(..=end).collect();
+                frame.pop();
+                self.scanned = 0;
+                if frame.len() > self.limit_bytes {
+                    return Err(FrameError::TooLong {
+                        limit_bytes: self.limit_bytes,
+                    });
+                }
+                Ok(Some(frame))
+            }
+            None => {
+                self.scanned = self.buffer.len();
+                if self.buffer.len() > self.limit_bytes {
+                    return Err(FrameError::TooLong {
+                        limit_bytes: self.limit_bytes,
+                    });
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Bytes received but not yet part of a complete frame.
+    pub fn buffered_bytes(&self) -> usize {
+        self.buffer.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_cut_at_etx_and_may_arrive_in_pieces() {
+        let mut reader = FrameReader::new(1024);
+        reader.push(b"{\"a\":1}\x03{\"b\"");
+        assert_eq!(reader.next_frame(), Ok(Some(b"{\"a\":1}".to_vec())));
+        assert_eq!(reader.next_frame(), Ok(None));
+        reader.push(b":2}\n\x03\x03");
+        assert_eq!(reader.next_frame(), Ok(Some(b"{\"b\":2}\n".to_vec())));
+        assert_eq!(reader.next_frame(), Ok(Some(Vec::new())));
+        assert_eq!(reader.next_frame(), Ok(None));
+        assert_eq!(reader.buffered_bytes(), 0);
+    }
+
+    #[test]
+    fn the_limit_is_exact_and_the_buffer_never_grows_past_it() {
+        let mut reader = FrameReader::new(8);
+        reader.push(b"12345678\x03");
+        assert_eq!(reader.next_frame(), Ok(Some(b"12345678".to_vec())));
+        let spare = reader.spare(4096).expect("room").len();
+        assert_eq!(spare, 9, "the limit plus the ETX");
+        reader.commit(spare, 0);
+        reader.push(b"123456789");
+        assert_eq!(
+            reader.next_frame(),
+            Err(FrameError::TooLong { limit_bytes: 8 })
+        );
+        assert!(reader.spare(4096).is_none());
+    }
+
+    #[test]
+    fn spare_and_commit_keep_only_what_was_read() {
+        let mut reader = FrameReader::new(100);
+        let spare = reader.spare(16).expect("room");
+        spare[..3].copy_from_slice(b"x\x03y");
+        let len = spare.len();
+        reader.commit(len, 3);
+        assert_eq!(reader.next_frame(), Ok(Some(b"x".to_vec())));
+        assert_eq!(reader.buffered_bytes(), 1);
+    }
+}

@@ -1,0 +1,594 @@
+//! wconfd's methods (locks.md), decoded from the wire into typed requests,
+//! and the JSON forms of owners, locks and listings.
+
+use serde_json::{Value, json};
+
+use super::{Args, Request, WireError};
+use crate::locks::{
+    Action, Entry, Ident, Level, LockError, LockName, Mode, Owner, PendingRequest, Priority,
+};
+
+/// Limits the decoder enforces, from the settings.
+#[derive(Clone, Copy, Debug)]
+pub struct DecodeLimits {
+    /// Entries in one lock request or lock list.
+    pub request_entries_max: usize,
+    /// Longest `awaitLocks` timeout.
+    pub await_timeout_ms_max: u64,
+}
+
+/// Every method of wconfd.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WconfdRequest {
+    Echo(String),
+    CleanupLocks,
+    ReadConfig,
+    WriteConfig {
+        owner: Owner,
+        config: Value,
+    },
+    VerifyConfig,
+    LockConfig {
+        owner: Owner,
+        shared: bool,
+    },
+    UnlockConfig {
+        owner: Owner,
+    },
+    WriteConfigAndUnlock {
+        owner: Owner,
+        config: Value,
+    },
+    FlushConfig,
+    ListLocks {
+        owner: Owner,
+    },
+    ListAllLocks,
+    ListAllLocksOwners,
+    ListLocksWaitingStatus,
+    TryUpdateLocks {
+        owner: Owner,
+        request: Vec<Entry>,
+    },
+    UpdateLocksWaiting {
+        owner: Owner,
+        priority: Priority,
+        request: Vec<Entry>,
+    },
+    AwaitLocks {
+        owner: Owner,
+        priority: Priority,
+        request: Vec<Entry>,
+        timeout_ms: u64,
+    },
+    HasPendingRequest {
+        owner: Owner,
+    },
+    FreeLocks {
+        owner: Owner,
+    },
+    FreeLocksLevel {
+        owner: Owner,
+        level: Level,
+    },
+    DownGradeLocksLevel {
+        owner: Owner,
+        level: Level,
+    },
+    IntersectLocks {
+        owner: Owner,
+        locks: Vec<LockName>,
+    },
+    OpportunisticLockUnion {
+        owner: Owner,
+        wanted: Vec<(LockName, Mode)>,
+    },
+    GuardedOpportunisticLockUnion {
+        count: usize,
+        owner: Owner,
+        wanted: Vec<(LockName, Mode)>,
+    },
+}
+
+impl WconfdRequest {
+    /// The owner a request acts as, if any (for the peer check and the
+    /// liveness watch).
+    pub fn owner(&self) -> Option<&Owner> {
+        use WconfdRequest::*;
+        match self {
+            WriteConfig { owner, .. }
+            | LockConfig { owner, .. }
+            | UnlockConfig { owner }
+            | WriteConfigAndUnlock { owner, .. }
+            | ListLocks { owner }
+            | TryUpdateLocks { owner, .. }
+            | UpdateLocksWaiting { owner, .. }
+            | AwaitLocks { owner, .. }
+            | HasPendingRequest { owner }
+            | FreeLocks { owner }
+            | FreeLocksLevel { owner, .. }
+            | DownGradeLocksLevel { owner, .. }
+            | IntersectLocks { owner, .. }
+            | OpportunisticLockUnion { owner, .. }
+            | GuardedOpportunisticLockUnion { owner, .. } => Some(owner),
+            Echo(_)
+            | CleanupLocks
+            | ReadConfig
+            | VerifyConfig
+            | FlushConfig
+            | ListAllLocks
+            | ListAllLocksOwners
+            | ListLocksWaitingStatus => None,
+        }
+    }
+
+    /// Decodes a request; unknown methods and wrong argument shapes are
+    /// `GenericError`s naming the method and the argument.
+    pub fn decode(request: &Request, limits: &DecodeLimits) -> Result<WconfdRequest, WireError> {
+        use WconfdRequest::*;
+        let method = request.method.as_str();
+        let args = &request.args;
+        let arity = |count| Args::exactly(method, args, count);
+        let decoded = match method {
+            "echo" => Echo(arity(1)?.string(0)?.to_owned()),
+            "cleanupLocks" => nothing(arity(0)?, CleanupLocks),
+            "readConfig" => nothing(arity(0)?, ReadConfig),
+            "verifyConfig" => nothing(arity(0)?, VerifyConfig),
+            "flushConfig" => nothing(arity(0)?, FlushConfig),
+            "listAllLocks" => nothing(arity(0)?, ListAllLocks),
+            "listAllLocksOwners" => nothing(arity(0)?, ListAllLocksOwners),
+            "listLocksWaitingStatus" => nothing(arity(0)?, ListLocksWaitingStatus),
+            "writeConfig" => {
+                let args = arity(2)?;
+                WriteConfig {
+                    owner: owner(&args, 0)?,
+                    config: config(&args, 1)?,
+                }
+            }
+            "writeConfigAndUnlock" => {
+                let args = arity(2)?;
+                WriteConfigAndUnlock {
+                    owner: owner(&args, 0)?,
+                    config: config(&args, 1)?,
+                }
+            }
+            "lockConfig" => {
+                let args = arity(2)?;
+                LockConfig {
+                    owner: owner(&args, 0)?,
+                    shared: args.bool(1)?,
+                }
+            }
+            "unlockConfig" => UnlockConfig {
+                owner: owner(&arity(1)?, 0)?,
+            },
+            "listLocks" => ListLocks {
+                owner: owner(&arity(1)?, 0)?,
+            },
+            "hasPendingRequest" => HasPendingRequest {
+                owner: owner(&arity(1)?, 0)?,
+            },
+            "freeLocks" => FreeLocks {
+                owner: owner(&arity(1)?, 0)?,
+            },
+            "tryUpdateLocks" => {
+                let args = arity(2)?;
+                TryUpdateLocks {
+                    owner: owner(&args, 0)?,
+                    request: entries(&args, 1, limits)?,
+                }
+            }
+            "updateLocksWaiting" => {
+                let args = arity(3)?;
+                UpdateLocksWaiting {
+                    owner: owner(&args, 0)?,
+                    priority: args.i64(1)?,
+                    request: entries(&args, 2, limits)?,
+                }
+            }
+            "awaitLocks" => {
+                let args = arity(4)?;
+                let timeout_ms = args.u64(3)?;
+                if timeout_ms > limits.await_timeout_ms_max {
+                    return Err(args.bad(
+                        3,
+                        format!(
+                            "(timeout {timeout_ms} ms) is over the limit of {} ms",
+                            limits.await_timeout_ms_max
+                        ),
+                    ));
+                }
+                AwaitLocks {
+                    owner: owner(&args, 0)?,
+                    priority: args.i64(1)?,
+                    request: entries(&args, 2, limits)?,
+                    timeout_ms,
+                }
+            }
+            "freeLocksLevel" => {
+                let args = arity(2)?;
+                FreeLocksLevel {
+                    owner: owner(&args, 0)?,
+                    level: level(&args, 1)?,
+                }
+            }
+            "downGradeLocksLevel" => {
+                let args = arity(2)?;
+                DownGradeLocksLevel {
+                    owner: owner(&args, 0)?,
+                    level: level(&args, 1)?,
+                }
+            }
+            "intersectLocks" => {
+                let args = arity(2)?;
+                let list = bounded_list(&args, 1, limits)?;
+                let locks = list
+                    .iter()
+                    .map(|item| lock_name(&args, 1, item))
+                    .collect::<Result<_, _>>()?;
+                IntersectLocks {
+                    owner: owner(&args, 0)?,
+                    locks,
+                }
+            }
+            "opportunisticLockUnion" => {
+                let args = arity(2)?;
+                OpportunisticLockUnion {
+                    owner: owner(&args, 0)?,
+                    wanted: lock_modes(&args, 1, limits)?,
+                }
+            }
+            "guardedOpportunisticLockUnion" => {
+                let args = arity(3)?;
+                let count =
+                    usize::try_from(args.u64(0)?).map_err(|_| args.bad(0, "is too large"))?;
+                GuardedOpportunisticLockUnion {
+                    count,
+                    owner: owner(&args, 1)?,
+                    wanted: lock_modes(&args, 2, limits)?,
+                }
+            }
+            _ => {
+                return Err(WireError::generic(format!(
+                    "unknown method '{}'",
+                    shortened(method)
+                )));
+            }
+        };
+        Ok(decoded)
+    }
+}
+
+fn nothing(_: Args<'_>, request: WconfdRequest) -> WconfdRequest {
+    request
+}
+
+/// Error texts quote at most this much of a client's string.
+const QUOTED_CHARS_MAX: usize = 100;
+
+fn shortened(text: &str) -> String {
+    match text.char_indices().nth(QUOTED_CHARS_MAX) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+fn owner(args: &Args<'_>, index: usize) -> Result<Owner, WireError> {
+    decode_owner(args.get(index)).map_err(|what| args.bad(index, what))
+}
+
+/// An owner from its wire form `[ident, livelock_path, pid]`.
+pub fn decode_owner(value: &Value) -> Result<Owner, String> {
+    let Some([ident, livelock, pid]) = value.as_array().map(Vec::as_slice) else {
+        return Err("is not an owner [ident, livelock, pid]".to_owned());
+    };
+    let ident = match ident {
+        Value::String(name) => Ident::Name(name.clone()),
+        Value::Number(number) => Ident::Job(
+            number
+                .as_u64()
+                .ok_or("has an ident that is neither a string nor a job id")?,
+        ),
+        _ => return Err("has an ident that is neither a string nor a job id".to_owned()),
+    };
+    let livelock = livelock
+        .as_str()
+        .ok_or("has a livelock path that is not a string")?
+        .to_owned();
+    let pid = pid
+        .as_u64()
+        .and_then(|pid| u32::try_from(pid).ok())
+        .filter(|pid| (1..=i32::MAX as u32).contains(pid))
+        .ok_or("has a pid that is not a positive process id")?;
+    Ok(Owner {
+        ident,
+        livelock,
+        pid,
+    })
+}
+
+pub fn encode_owner(owner: &Owner) -> Value {
+    let ident = match &owner.ident {
+        Ident::Name(name) => json!(name),
+        Ident::Job(id) => json!(id),
+    };
+    json!([ident, owner.livelock, owner.pid])
+}
+
+fn config(args: &Args<'_>, index: usize) -> Result<Value, WireError> {
+    match args.get(index) {
+        Value::Object(_) => Ok(args.get(index).clone()),
+        _ => Err(args.bad(index, "is not a configuration object")),
+    }
+}
+
+fn level(args: &Args<'_>, index: usize) -> Result<Level, WireError> {
+    Level::parse(args.string(index)?).map_err(|error| args.bad(index, error))
+}
+
+fn bounded_list<'a>(
+    args: &Args<'a>,
+    index: usize,
+    limits: &DecodeLimits,
+) -> Result<&'a [Value], WireError> {
+    let list = args.list(index)?;
+    if list.len() > limits.request_entries_max {
+        return Err(args.bad(
+            index,
+            format!(
+                "has {} entries, over the limit of {}",
+                list.len(),
+                limits.request_entries_max
+            ),
+        ));
+    }
+    Ok(list)
+}
+
+fn lock_name(args: &Args<'_>, index: usize, value: &Value) -> Result<LockName, WireError> {
+    let text = value
+        .as_str()
+        .ok_or_else(|| args.bad(index, "has a lock name that is not a string"))?;
+    LockName::parse(text).map_err(|error| args.bad(index, error))
+}
+
+/// A request: `[[lockname, "shared" | "exclusive" | "release"], ...]`.
+fn entries(args: &Args<'_>, index: usize, limits: &DecodeLimits) -> Result<Vec<Entry>, WireError> {
+    bounded_list(args, index, limits)?
+        .iter()
+        .map(|item| {
+            let Some([lock, action]) = item.as_array().map(Vec::as_slice) else {
+                return Err(args.bad(index, "has an entry that is not [lock, action]"));
+            };
+            let action = action.as_str().and_then(Action::parse).ok_or_else(|| {
+                args.bad(
+                    index,
+                    format!(
+                        "has an action that is not \"shared\", \"exclusive\" or \"release\": {}",
+                        shortened(&action.to_string())
+                    ),
+                )
+            })?;
+            Ok(Entry::new(lock_name(args, index, lock)?, action))
+        })
+        .collect()
+}
+
+/// `[[lockname, "shared" | "exclusive"], ...]`.
+fn lock_modes(
+    args: &Args<'_>,
+    index: usize,
+    limits: &DecodeLimits,
+) -> Result<Vec<(LockName, Mode)>, WireError> {
+    bounded_list(args, index, limits)?
+        .iter()
+        .map(|item| {
+            let Some([lock, mode]) = item.as_array().map(Vec::as_slice) else {
+                return Err(args.bad(index, "has an entry that is not [lock, mode]"));
+            };
+            let mode = match mode.as_str().and_then(Action::parse) {
+                Some(Action::Acquire(mode)) => mode,
+                _ => {
+                    return Err(
+                        args.bad(index, "has a mode that is not \"shared\" or \"exclusive\"")
+                    );
+                }
+            };
+            Ok((lock_name(args, index, lock)?, mode))
+        })
+        .collect()
+}
+
+pub fn encode_entry(entry: &Entry) -> Value {
+    json!([entry.lock.to_string(), entry.action.as_str()])
+}
+
+pub fn encode_owners(owners: &[impl AsRef<Owner>]) -> Value {
+    Value::Array(
+        owners
+            .iter()
+            .map(|owner| encode_owner(owner.as_ref()))
+            .collect(),
+    )
+}
+
+pub fn encode_locks(locks: &[LockName]) -> Value {
+    Value::Array(locks.iter().map(|lock| json!(lock.to_string())).collect())
+}
+
+pub fn encode_lock_modes(locks: &[(LockName, Mode)]) -> Value {
+    Value::Array(
+        locks
+            .iter()
+            .map(|(lock, mode)| json!([lock.to_string(), mode.as_str()]))
+            .collect(),
+    )
+}
+
+/// `listAllLocksOwners`: `[[lock, [[owner, mode], ...]], ...]`.
+pub fn encode_locks_owners<O: AsRef<Owner>>(rows: &[(LockName, Vec<(O, Mode)>)]) -> Value {
+    Value::Array(
+        rows.iter()
+            .map(|(lock, holders)| {
+                let holders: Vec<Value> = holders
+                    .iter()
+                    .map(|(owner, mode)| json!([encode_owner(owner.as_ref()), mode.as_str()]))
+                    .collect();
+                json!([lock.to_string(), holders])
+            })
+            .collect(),
+    )
+}
+
+/// The pending half of `listLocksWaitingStatus`: `[[prio, owner, request], ...]`.
+pub fn encode_pending(pending: &[PendingRequest]) -> Value {
+    Value::Array(
+        pending
+            .iter()
+            .map(|waiter| {
+                let request: Vec<Value> = waiter.request.iter().map(encode_entry).collect();
+                json!([waiter.priority, encode_owner(&waiter.owner), request])
+            })
+            .collect(),
+    )
+}
+
+/// Lock errors are `GenericError`s with Ganeti's texts, as Ganeti's
+/// WConfD raises them.
+pub fn lock_error(error: &LockError) -> WireError {
+    WireError::generic(error.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const LIMITS: DecodeLimits = DecodeLimits {
+        request_entries_max: 3,
+        await_timeout_ms_max: 60_000,
+    };
+
+    fn decode(method: &str, args: Value) -> Result<WconfdRequest, WireError> {
+        let Value::Array(args) = args else {
+            panic!("args")
+        };
+        WconfdRequest::decode(
+            &Request {
+                method: method.to_owned(),
+                args,
+            },
+            &LIMITS,
+        )
+    }
+
+    fn j1() -> Value {
+        json!([1, "/r/livelocks/job_000001_1", 42])
+    }
+
+    #[test]
+    fn lock_requests_decode_to_typed_entries() {
+        let request = decode(
+            "updateLocksWaiting",
+            json!([
+                j1(),
+                -5,
+                [["cluster/BGL", "shared"], ["node/n1", "release"]]
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(
+            request,
+            WconfdRequest::UpdateLocksWaiting {
+                owner: Owner::job(1, "/r/livelocks/job_000001_1", 42),
+                priority: -5,
+                request: vec![
+                    Entry::shared(LockName::Bgl),
+                    Entry::release(LockName::parse("node/n1").expect("valid")),
+                ],
+            }
+        );
+        let named = decode("listLocks", json!([["master", "/r/livelocks/m", 7]])).expect("valid");
+        assert_eq!(
+            named.owner(),
+            Some(&Owner::named("master", "/r/livelocks/m", 7))
+        );
+    }
+
+    #[test]
+    fn owners_round_trip() {
+        for owner in [
+            Owner::job(7, "/l/job_000007_1", 3),
+            Owner::named("x", "/l/x", 9),
+        ] {
+            assert_eq!(decode_owner(&encode_owner(&owner)), Ok(owner));
+        }
+    }
+
+    #[test]
+    fn bad_shapes_name_the_method_and_argument() {
+        let cases = [
+            ("noSuchMethod", json!([]), "unknown method 'noSuchMethod'"),
+            ("echo", json!([]), "echo takes 1 argument, got 0"),
+            ("echo", json!([1]), "echo: argument 1 is not a string"),
+            ("listLocks", json!([[1, "/l", 0]]), "pid"),
+            ("listLocks", json!([[1, "/l", -3]]), "pid"),
+            ("listLocks", json!([[1.5, "/l", 3]]), "ident"),
+            ("listLocks", json!([[1, 2, 3]]), "livelock"),
+            ("listLocks", json!([[1, "/l"]]), "is not an owner"),
+            (
+                "tryUpdateLocks",
+                json!([j1(), [["node/n1", "own"]]]),
+                "action",
+            ),
+            (
+                "tryUpdateLocks",
+                json!([j1(), [["nodes/n1", "shared"]]]),
+                "'nodes/n1'",
+            ),
+            (
+                "tryUpdateLocks",
+                json!([j1(), [["node/n1"]]]),
+                "[lock, action]",
+            ),
+            ("tryUpdateLocks", json!([j1(), {}]), "is not a list"),
+            ("freeLocksLevel", json!([j1(), "nodes"]), "'nodes'"),
+            (
+                "opportunisticLockUnion",
+                json!([j1(), [["node/a", "release"]]]),
+                "mode",
+            ),
+            ("lockConfig", json!([j1(), "yes"]), "boolean"),
+            ("writeConfig", json!([j1(), []]), "configuration object"),
+            ("awaitLocks", json!([j1(), 0, [], 60_001]), "over the limit"),
+            (
+                "guardedOpportunisticLockUnion",
+                json!([-1, j1(), []]),
+                "non-negative",
+            ),
+        ];
+        for (method, args, expected) in cases {
+            let error = decode(method, args).expect_err(expected);
+            assert_eq!(error.class, "GenericError");
+            assert!(error.message().contains(expected), "{method}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_entries_limit_is_enforced() {
+        let four = json!([
+            ["node/a", "shared"],
+            ["node/b", "shared"],
+            ["node/c", "shared"],
+            ["node/d", "shared"]
+        ]);
+        let error = decode("tryUpdateLocks", json!([j1(), four])).expect_err("too many");
+        assert!(error.message().contains("over the limit of 3"), "{error}");
+        let error = decode(
+            "intersectLocks",
+            json!([j1(), ["node/a", "node/b", "node/c", "node/d"]]),
+        )
+        .expect_err("too many");
+        assert!(error.message().contains("over the limit of 3"), "{error}");
+    }
+}
