@@ -7,3 +7,4 @@
 pub mod limits;
 pub mod locks;
 pub mod protocol;
+pub mod store;

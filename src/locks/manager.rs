@@ -93,6 +93,9 @@ pub struct LockManager {
     /// Per blocker, its groups by their entries (at most one per entries).
     filed: HashMap<OwnerRef, HashMap<Arc<[Entry]>, GroupId>>,
     next_group: GroupId,
+    /// Bumped by every change of the state, so that a caller can tell
+    /// whether an operation changed anything (and must be made durable).
+    changes: u64,
 }
 
 /// One level of a revisit cascade (Ganeti's `revisitRequests`): the groups
@@ -134,6 +137,7 @@ impl LockManager {
         }
         let owner = self.intern(owner);
         self.allocation.apply(&owner, request);
+        self.changes += 1;
         let notify = self.revisit(owner);
         Ok(Update {
             blockers: Vec::new(),
@@ -167,6 +171,7 @@ impl LockManager {
         let owner = self.intern(owner);
         if blockers.is_empty() {
             self.allocation.apply(&owner, request);
+            self.changes += 1;
             let notify = self.revisit(owner);
             return Ok(Update { blockers, notify });
         }
@@ -175,6 +180,12 @@ impl LockManager {
             blockers,
             notify: Vec::new(),
         })
+    }
+
+    /// A counter that moves whenever the state changes: equal before and
+    /// after an operation means the operation changed nothing.
+    pub fn changes(&self) -> u64 {
+        self.changes
     }
 
     pub fn has_pending_request(&self, owner: &Owner) -> bool {
@@ -488,6 +499,7 @@ impl LockManager {
             .expect("a filed group exists");
         let request = Arc::clone(&group.request);
         group.members.insert((priority, Arc::clone(&owner)));
+        self.changes += 1;
         self.pending.insert(
             owner,
             Pending {
@@ -503,6 +515,7 @@ impl LockManager {
         let Some((owner, pending)) = self.pending.remove_entry(owner) else {
             return;
         };
+        self.changes += 1;
         let group = self
             .groups
             .get_mut(&pending.group)

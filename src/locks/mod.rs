@@ -7,10 +7,13 @@
 //!   checks and blockers of one atomic update.
 //! - [`manager`]: [`LockManager`], the allocation plus waiting requests: the
 //!   whole of wconfd's lock state and every operation on it.
+//! - [`op`]: the state-changing operations as values ([`LockOp`]), the one
+//!   path both the daemon and journal replay take.
 
 pub mod allocation;
 pub mod manager;
 pub mod name;
+pub mod op;
 pub mod owner;
 #[cfg(test)]
 mod worked_examples;
@@ -19,4 +22,5 @@ pub use allocation::LockError;
 
 pub use manager::{LockManager, PendingRequest, RestoreError, SavedPending, SavedState, Update};
 pub use name::{Level, LockName, NameError};
+pub use op::{LockOp, OpOutcome};
 pub use owner::{Action, Entry, Ident, Mode, Owner, Priority};

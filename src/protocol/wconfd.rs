@@ -346,31 +346,47 @@ fn bounded_list<'a>(
 }
 
 fn lock_name(args: &Args<'_>, index: usize, value: &Value) -> Result<LockName, WireError> {
+    decode_lock(value).map_err(|what| args.bad(index, what))
+}
+
+/// A lock from its wire form, `"<level>/<name>"`.
+pub fn decode_lock(value: &Value) -> Result<LockName, String> {
     let text = value
         .as_str()
-        .ok_or_else(|| args.bad(index, "has a lock name that is not a string"))?;
-    LockName::parse(text).map_err(|error| args.bad(index, error))
+        .ok_or("has a lock name that is not a string")?;
+    LockName::parse(text).map_err(|error| error.to_string())
+}
+
+/// A request entry, `[lockname, "shared" | "exclusive" | "release"]`.
+pub fn decode_entry(value: &Value) -> Result<Entry, String> {
+    let Some([lock, action]) = value.as_array().map(Vec::as_slice) else {
+        return Err("has an entry that is not [lock, action]".to_owned());
+    };
+    let action = action.as_str().and_then(Action::parse).ok_or_else(|| {
+        format!(
+            "has an action that is not \"shared\", \"exclusive\" or \"release\": {}",
+            shortened(&action.to_string())
+        )
+    })?;
+    Ok(Entry::new(decode_lock(lock)?, action))
+}
+
+/// `[lockname, "shared" | "exclusive"]`.
+pub fn decode_lock_mode(value: &Value) -> Result<(LockName, Mode), String> {
+    let Some([lock, mode]) = value.as_array().map(Vec::as_slice) else {
+        return Err("has an entry that is not [lock, mode]".to_owned());
+    };
+    let Some(Action::Acquire(mode)) = mode.as_str().and_then(Action::parse) else {
+        return Err("has a mode that is not \"shared\" or \"exclusive\"".to_owned());
+    };
+    Ok((decode_lock(lock)?, mode))
 }
 
 /// A request: `[[lockname, "shared" | "exclusive" | "release"], ...]`.
 fn entries(args: &Args<'_>, index: usize, limits: &DecodeLimits) -> Result<Vec<Entry>, WireError> {
     bounded_list(args, index, limits)?
         .iter()
-        .map(|item| {
-            let Some([lock, action]) = item.as_array().map(Vec::as_slice) else {
-                return Err(args.bad(index, "has an entry that is not [lock, action]"));
-            };
-            let action = action.as_str().and_then(Action::parse).ok_or_else(|| {
-                args.bad(
-                    index,
-                    format!(
-                        "has an action that is not \"shared\", \"exclusive\" or \"release\": {}",
-                        shortened(&action.to_string())
-                    ),
-                )
-            })?;
-            Ok(Entry::new(lock_name(args, index, lock)?, action))
-        })
+        .map(|item| decode_entry(item).map_err(|what| args.bad(index, what)))
         .collect()
 }
 
@@ -382,20 +398,7 @@ fn lock_modes(
 ) -> Result<Vec<(LockName, Mode)>, WireError> {
     bounded_list(args, index, limits)?
         .iter()
-        .map(|item| {
-            let Some([lock, mode]) = item.as_array().map(Vec::as_slice) else {
-                return Err(args.bad(index, "has an entry that is not [lock, mode]"));
-            };
-            let mode = match mode.as_str().and_then(Action::parse) {
-                Some(Action::Acquire(mode)) => mode,
-                _ => {
-                    return Err(
-                        args.bad(index, "has a mode that is not \"shared\" or \"exclusive\"")
-                    );
-                }
-            };
-            Ok((lock_name(args, index, lock)?, mode))
-        })
+        .map(|item| decode_lock_mode(item).map_err(|what| args.bad(index, what)))
         .collect()
 }
 
