@@ -1,10 +1,19 @@
 //! warden: a job executor with a lock-daemon core.
 //!
-//! The library holds everything the binaries in `bin/` run. Today that is the
-//! pure lock core ([`locks`]) and the limits every part shares ([`limits`]);
-//! see `design/ARCHITECTURE.md` for the whole plan.
+//! The library holds everything the binaries in `bin/` run: the pure lock
+//! core ([`locks`]), the wire protocol ([`protocol`]), durable files
+//! ([`store`]), the wconfd daemon ([`wconfd`]), the settings file
+//! `warden.toml` ([`settings`]), livelock files and the death probe
+//! ([`liveness`]), the limits every part shares ([`limits`]), and the few
+//! raw OS calls std lacks ([`sys`]); see `design/ARCHITECTURE.md` for the
+//! whole plan.
 
 pub mod limits;
+pub mod liveness;
 pub mod locks;
+pub mod logging;
 pub mod protocol;
+pub mod settings;
 pub mod store;
+pub mod sys;
+pub mod wconfd;

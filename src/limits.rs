@@ -1,7 +1,107 @@
 //! Every limit warden enforces, in one place, each with the reason for its
 //! value. Each has a test that exceeds it and gets a clear error.
 
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
 /// Longest lock name accepted, in bytes of its wire form. Ganeti's names are
 /// host names and UUIDs (well under 256 bytes); anything near this is a bug
 /// or an attack, and names are copied into several indexes.
 pub const LOCK_NAME_BYTES_MAX: usize = 1024;
+
+// Livelocks (liveness.md).
+
+/// Longest livelock file name accepted, in bytes: `NAME_MAX` of Linux file
+/// systems. A longer name cannot exist as a file, so an owner naming one is
+/// refused up front.
+pub const LIVELOCK_NAME_BYTES_MAX: usize = 255;
+
+/// A livelock file younger than this (by its modification time) is never
+/// removed as stale: between creating its file and locking it a process holds
+/// no lock yet (Ganeti's clients create, then `lockf`), and removing the file
+/// in that gap would make a live owner look dead for good.
+pub const LIVELOCK_STALE_AGE_MIN: Duration = Duration::from_secs(60);
+
+/// How often `Livelock::create` tries before giving up. A probe or a stale
+/// removal holds a livelock's flock for microseconds and may remove a stale
+/// file of the same name under it; a retry settles both, a live holder
+/// still refuses every attempt.
+pub const LIVELOCK_CREATE_ATTEMPTS: u32 = 8;
+
+/// Pause between two attempts of `Livelock::create` that found the flock
+/// held: long enough for a probe to finish, short enough to be unnoticeable
+/// at the start of a process.
+pub const LIVELOCK_CREATE_RETRY_PAUSE: Duration = Duration::from_millis(1);
+
+// Settings of warden.toml (spec/README.md "Settings"): the default of each
+// and the range accepted. Names follow the settings' keys.
+
+/// Largest `warden.toml` read: a settings file is a few hundred bytes; a
+/// bigger one is a mistake, and nothing is read without a bound.
+pub const SETTINGS_FILE_BYTES_MAX: u64 = 1024 * 1024;
+
+/// `[wconfd] death_check_interval_ms`: Ganeti's period for probing lock
+/// owners' livelocks; exits of runners are noticed sooner by other means.
+pub const WCONFD_DEATH_CHECK_INTERVAL_MS_DEFAULT: u64 = 5_000;
+/// Below 10 ms the periodic probe of every owner would be busy work; above
+/// an hour dead owners would hold locks for too long.
+pub const DEATH_CHECK_INTERVAL_MS_RANGE: RangeInclusive<u64> = 10..=3_600_000;
+
+/// `[wconfd] frame_bytes_max`: largest request or answer frame; the biggest
+/// legitimate frames (a lock listing of a large cluster, a job with many
+/// opcodes) are a few MiB.
+pub const WCONFD_FRAME_BYTES_MAX_DEFAULT: usize = 16 * 1024 * 1024;
+/// `[luxid] frame_bytes_max`: as for wconfd; job submissions and query
+/// answers are of the same order.
+pub const LUXID_FRAME_BYTES_MAX_DEFAULT: usize = 16 * 1024 * 1024;
+/// A frame must hold at least a small request (4 KiB); above 1 GiB one
+/// connection could exhaust the daemon's memory.
+pub const FRAME_BYTES_MAX_RANGE: RangeInclusive<usize> = 4 * 1024..=1024 * 1024 * 1024;
+
+/// `[wconfd] connections_max` and `[luxid] connections_max`: open client
+/// connections; one per running job and client, so 1024 leaves a wide
+/// margin over `max_running_jobs` (the daemon raises its descriptor limit
+/// to fit).
+pub const CONNECTIONS_MAX_DEFAULT: usize = 1024;
+/// At least one client must fit; above 65536 the per-connection buffers
+/// alone would be gigabytes.
+pub const CONNECTIONS_MAX_RANGE: RangeInclusive<usize> = 1..=65_536;
+
+/// `[wconfd] request_entries_max`: lock entries in one request; Ganeti's
+/// largest requests name every node and instance of a cluster (thousands).
+pub const WCONFD_REQUEST_ENTRIES_MAX_DEFAULT: usize = 10_000;
+/// At least one entry; above a million one request would stall the event
+/// loop for a noticeable time.
+pub const REQUEST_ENTRIES_MAX_RANGE: RangeInclusive<usize> = 1..=1_000_000;
+
+/// `[wconfd] snapshot_journal_bytes_max`: journal size that triggers a new
+/// snapshot of the lock state; bounds both disk use and replay time at
+/// start-up (64 MiB replays in well under a second).
+pub const WCONFD_SNAPSHOT_JOURNAL_BYTES_MAX_DEFAULT: u64 = 64 * 1024 * 1024;
+/// At least 64 KiB, or snapshots would be written all the time; at most
+/// 64 GiB, or replay after a crash could take minutes.
+pub const SNAPSHOT_JOURNAL_BYTES_MAX_RANGE: RangeInclusive<u64> =
+    64 * 1024..=64 * 1024 * 1024 * 1024;
+
+/// `[luxid] max_running_jobs`: Ganeti's default number of jobs running at
+/// once (each is a process holding a wconfd connection).
+pub const LUXID_MAX_RUNNING_JOBS_DEFAULT: usize = 20;
+/// At least one job must be able to run; above 10000 processes the machine,
+/// not warden, is the limit.
+pub const MAX_RUNNING_JOBS_RANGE: RangeInclusive<usize> = 1..=10_000;
+
+/// `[luxid] queue_jobs_max`: jobs not yet archived; each is a file in
+/// `queue/` and an entry in luxid's memory, and a queue this long already
+/// means jobs are submitted far faster than they run.
+pub const LUXID_QUEUE_JOBS_MAX_DEFAULT: usize = 100_000;
+/// At least one job; above ten million the queue directory and luxid's
+/// memory would be unmanageable.
+pub const QUEUE_JOBS_MAX_RANGE: RangeInclusive<usize> = 1..=10_000_000;
+
+/// `[luxid] job_log_bytes_max`: log bytes kept per job before a truncation
+/// entry; job files are rewritten on every change, so their size is paid
+/// again and again.
+pub const LUXID_JOB_LOG_BYTES_MAX_DEFAULT: usize = 1024 * 1024;
+/// At least 1 KiB so a truncation entry and some log fit; at most 1 GiB,
+/// which no job file should ever approach.
+pub const JOB_LOG_BYTES_MAX_RANGE: RangeInclusive<usize> = 1024..=1024 * 1024 * 1024;

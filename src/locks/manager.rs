@@ -192,6 +192,22 @@ impl LockManager {
         self.pending.contains_key(owner)
     }
 
+    /// True while the owner holds a lock or waits for one.
+    pub fn has_owner(&self, owner: &Owner) -> bool {
+        self.pending.contains_key(owner) || self.allocation.holdings(owner).is_some()
+    }
+
+    /// The owners blocking `request` of `owner` now (empty: it would be
+    /// granted).
+    pub fn blockers(&self, owner: &Owner, request: &[Entry]) -> Vec<OwnerRef> {
+        self.allocation.blockers(owner, request)
+    }
+
+    /// The mode in which `owner` holds `lock` directly, if it does.
+    pub fn mode_held(&self, owner: &Owner, lock: &LockName) -> Option<Mode> {
+        self.allocation.mode_held(owner, lock)
+    }
+
     /// `freeLocks`, and the release of a dead owner: drops the pending
     /// request and every lock. Answers the owners to notify.
     pub fn free_locks(&mut self, owner: &Owner) -> Vec<OwnerRef> {

@@ -1,0 +1,29 @@
+//! wconfd: the lock and configuration daemon. Runs in the foreground,
+//! logs to stderr, stops on SIGTERM or SIGINT.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// The lock and configuration daemon of warden.
+#[derive(Parser)]
+#[command(version)]
+struct Options {
+    /// Directory holding all state (socket/, locks.data, config.data, livelocks/).
+    #[arg(long, env = "WARDEN_ROOT")]
+    root: PathBuf,
+}
+
+fn main() -> ExitCode {
+    let options = Options::parse();
+    warden::logging::init();
+    match warden::wconfd::run(&options.root) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("wconfd: {error}");
+            eprintln!("wconfd: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

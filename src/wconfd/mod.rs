@@ -1,0 +1,187 @@
+//! wconfd, the lock and configuration daemon: start-up (settings, the
+//! instance lock, loading and cleaning the durable state, the socket) and
+//! the event loop of [`server`].
+//!
+//! Start-up order matters: the state is loaded and every owner whose
+//! livelock is dead is freed (durably) *before* the socket is bound, so a
+//! client that can connect sees a cleaned state ("connect succeeds" means
+//! "ready").
+
+mod server;
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::liveness::{self, Livelock};
+use crate::settings::{Settings, SettingsError};
+use crate::store::StoreError;
+use crate::store::config::ConfigStore;
+use crate::store::lock_state::LockStore;
+
+pub use server::Server;
+
+/// Socket path under the root.
+pub const SOCKET_PATH: &str = "socket/wconfd.sock";
+/// Held (flock) by the running wconfd of a root.
+pub const INSTANCE_LOCK_FILE: &str = "wconfd.lock";
+/// Livelock files of owners and daemons.
+pub const LIVELOCK_DIR: &str = "livelocks";
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("another wconfd is running on {0} (it holds {1})")]
+    AlreadyRunning(PathBuf, PathBuf),
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error("the lock journal could not be made durable: {0}")]
+    Journal(io::Error),
+}
+
+fn io_error<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> DaemonError + 'a {
+    move |source| DaemonError::Io {
+        what,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Seconds since the epoch, as Ganeti's timestamps.
+pub(crate) fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Runs wconfd on `root` until SIGTERM or SIGINT.
+pub fn run(root: &Path) -> Result<(), DaemonError> {
+    let server = start(root)?;
+    server.serve()
+}
+
+/// Everything before serving: returns a server whose socket accepts.
+pub fn start(root: &Path) -> Result<Server, DaemonError> {
+    make_dir(root, 0o750)?;
+    // Livelock paths are compared lexically: the root must be absolute and
+    // spelled one way.
+    let root = &root
+        .canonicalize()
+        .map_err(io_error("cannot resolve the root", root))?;
+    let settings = Settings::load(root)?;
+    let socket_dir = root.join("socket");
+    make_dir(&socket_dir, 0o750)?;
+    let livelock_dir = root.join(LIVELOCK_DIR);
+    make_dir(&livelock_dir, 0o770)?;
+    let instance_lock = take_instance_lock(root)?;
+    raise_descriptor_limit(settings.wconfd.connections_max);
+
+    let (store, manager, report) = LockStore::open(root)?;
+    tracing::info!(
+        snapshot_seq = report.snapshot_seq,
+        replayed = report.replayed,
+        torn_bytes = report.torn_bytes,
+        owners = manager.owners().len(),
+        holdings = manager.holding_count(),
+        pending = manager.pending_count(),
+        "lock state loaded"
+    );
+    if report.torn_bytes > 0 {
+        tracing::warn!(
+            bytes = report.torn_bytes,
+            "cut a torn record off the end of the lock journal (it was never acknowledged)"
+        );
+    }
+    let config = ConfigStore::open(root, unix_now())?;
+    let started = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_secs())
+        .unwrap_or(0);
+    let livelock = Livelock::create(
+        &livelock_dir,
+        &liveness::daemon_livelock_name("wconf-daemon", started),
+    )
+    .map_err(io_error(
+        "cannot create the daemon's livelock in",
+        &livelock_dir,
+    ))?;
+
+    let socket_path = root.join(SOCKET_PATH);
+    let mut server = Server::new(
+        settings,
+        store,
+        manager,
+        config,
+        livelock,
+        livelock_dir,
+        instance_lock,
+    )?;
+    // Owners that died while wconfd was down are freed before anyone can
+    // connect.
+    server.recover()?;
+    server.bind(&socket_path)?;
+    tracing::info!(socket = %socket_path.display(), "wconfd ready");
+    Ok(server)
+}
+
+fn make_dir(path: &Path, mode: u32) -> Result<(), DaemonError> {
+    match DirBuilder::new().mode(mode).create(path) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
+        Err(error) => Err(io_error("cannot create directory", path)(error)),
+    }
+}
+
+/// One wconfd per root: an exclusive flock on `wconfd.lock`, held for the
+/// daemon's life (the kernel drops it when the process dies, however).
+fn take_instance_lock(root: &Path) -> Result<File, DaemonError> {
+    let path = root.join(INSTANCE_LOCK_FILE);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io_error("cannot open", &path))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(fs::TryLockError::WouldBlock) => {
+            Err(DaemonError::AlreadyRunning(root.to_owned(), path))
+        }
+        Err(fs::TryLockError::Error(error)) => Err(io_error("cannot lock", &path)(error)),
+    }
+}
+
+/// Each connection is a descriptor: make room for the configured maximum
+/// plus the daemon's own files and pidfds.
+fn raise_descriptor_limit(connections_max: usize) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let wanted = (connections_max as u64).saturating_mul(2) + 256;
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < wanted => {
+            let new_soft = wanted.min(hard);
+            if let Err(error) = setrlimit(Resource::RLIMIT_NOFILE, new_soft, hard) {
+                tracing::warn!(%error, "cannot raise the descriptor limit");
+            }
+        }
+        Ok(_) => {}
+        Err(error) => tracing::warn!(%error, "cannot read the descriptor limit"),
+    }
+}
+
+/// Socket files are 0660: the directory and SO_PEERCRED do the rest.
+fn restrict_socket(path: &Path) -> Result<(), DaemonError> {
+    fs::set_permissions(path, fs::Permissions::from_mode(0o660))
+        .map_err(io_error("cannot set the mode of", path))
+}

@@ -1,0 +1,1060 @@
+//! wconfd's event loop: one thread, one mio `Poll`, turns of
+//! read → apply → commit → reveal.
+//!
+//! Each turn reads every ready connection and runs the complete requests
+//! through the lock core; state changes go to the journal. At the end of
+//! the turn the journal is made durable with one `sync_data` (group
+//! commit), and only then are replies written, held `awaitLocks` replies
+//! released and SIGHUPs sent: nothing a client sees is ahead of the disk.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::net::{UnixListener, UnixStream};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR2};
+use signal_hook_mio::v1_0::Signals;
+
+use super::{DaemonError, io_error, restrict_socket, unix_now};
+use crate::liveness::{self, Livelock};
+use crate::locks::{Entry, Level, LockManager, LockName, LockOp, Mode, OpOutcome, Owner, Priority};
+use crate::protocol::wconfd::{
+    DecodeLimits, WconfdRequest, encode_lock_modes, encode_locks, encode_locks_owners,
+    encode_owners, encode_pending, lock_error,
+};
+use crate::protocol::{FrameReader, WireError, encode_failure, encode_success, parse_request};
+use crate::settings::Settings;
+use crate::store::config::{ConfigStore, verify};
+use crate::store::lock_state::LockStore;
+use crate::sys::{self, PeerCredentials};
+
+const LISTENER: Token = Token(0);
+const SIGNALS: Token = Token(1);
+const FIRST_DYNAMIC_TOKEN: usize = 2;
+
+/// Bytes read from a socket at a time.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// A connection whose unread replies exceed this is not read from until
+/// its client catches up: a client that never reads cannot make the
+/// daemon buffer without bound.
+const CONNECTION_OUTPUT_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+/// Longest `awaitLocks` timeout: an hour; a runner that waits longer asks
+/// again.
+pub const AWAIT_TIMEOUT_MS_MAX: u64 = 3_600_000;
+
+struct Connection {
+    stream: UnixStream,
+    peer: PeerCredentials,
+    /// Root or the daemon's own uid: may act as any owner.
+    privileged: bool,
+    reader: FrameReader,
+    /// Replies of this turn, released once the turn is durable.
+    staged: Vec<u8>,
+    /// Replies released but not yet written to the socket.
+    output: Vec<u8>,
+    /// The owner whose `awaitLocks` reply is held; later requests wait.
+    held: Option<Arc<Owner>>,
+    /// Close once the output is written (frame error or peer gone).
+    closing: bool,
+    writable_registered: bool,
+}
+
+struct Await {
+    token: Token,
+    request: Vec<Entry>,
+}
+
+/// A pidfd watching the process of some owners.
+struct PidWatch {
+    fd: OwnedFd,
+    token: Token,
+    owners: HashSet<Arc<Owner>>,
+}
+
+/// What a request answers now, or later (a held `awaitLocks`).
+enum Reply {
+    Now(Result<Value, WireError>),
+    Held,
+}
+
+pub struct Server {
+    poll: Poll,
+    listener: Option<UnixListener>,
+    signals: Signals,
+    settings: Settings,
+    limits: DecodeLimits,
+    own_uid: u32,
+    group_gid: Option<u32>,
+    livelock_dir: PathBuf,
+    livelock: Livelock,
+    _instance_lock: File,
+    store: LockStore,
+    manager: LockManager,
+    config: ConfigStore,
+    connections: HashMap<Token, Connection>,
+    next_token: usize,
+    awaits: HashMap<Arc<Owner>, Await>,
+    await_deadlines: BinaryHeap<Reverse<(Instant, Arc<Owner>, Token)>>,
+    pid_watches: HashMap<u32, PidWatch>,
+    pid_tokens: HashMap<Token, u32>,
+    waiting_since: HashMap<Arc<Owner>, Instant>,
+    next_death_check: Instant,
+    /// Connections with complete frames left to process (after an await
+    /// was released).
+    ready: Vec<Token>,
+    /// Owners to probe at once (their process was seen to exit).
+    suspects: Vec<Arc<Owner>>,
+    // What the current turn did, settled in `finish_turn`.
+    turn_granted: Vec<Arc<Owner>>,
+    turn_owners: Vec<Arc<Owner>>,
+    turn_connections: Vec<Token>,
+    stopping: bool,
+}
+
+impl Server {
+    pub(super) fn new(
+        settings: Settings,
+        store: LockStore,
+        manager: LockManager,
+        config: ConfigStore,
+        livelock: Livelock,
+        livelock_dir: PathBuf,
+        instance_lock: File,
+    ) -> Result<Server, DaemonError> {
+        let poll = Poll::new().map_err(io_error("cannot create", Path::new("epoll")))?;
+        let mut signals = Signals::new([SIGTERM, SIGINT, SIGUSR2, SIGHUP])
+            .map_err(io_error("cannot handle signals", Path::new("-")))?;
+        poll.registry()
+            .register(&mut signals, SIGNALS, Interest::READABLE)
+            .map_err(io_error("cannot register", Path::new("signals")))?;
+        let group_gid = match &settings.wconfd.socket_group {
+            Some(group) => Some(group.gid()?),
+            None => None,
+        };
+        let limits = DecodeLimits {
+            request_entries_max: settings.wconfd.request_entries_max,
+            await_timeout_ms_max: AWAIT_TIMEOUT_MS_MAX,
+        };
+        let next_death_check = Instant::now() + settings.wconfd.death_check_interval();
+        Ok(Server {
+            poll,
+            listener: None,
+            signals,
+            settings,
+            limits,
+            own_uid: nix::unistd::geteuid().as_raw(),
+            group_gid,
+            livelock_dir,
+            livelock,
+            _instance_lock: instance_lock,
+            store,
+            manager,
+            config,
+            connections: HashMap::new(),
+            next_token: FIRST_DYNAMIC_TOKEN,
+            awaits: HashMap::new(),
+            await_deadlines: BinaryHeap::new(),
+            pid_watches: HashMap::new(),
+            pid_tokens: HashMap::new(),
+            waiting_since: HashMap::new(),
+            next_death_check,
+            ready: Vec::new(),
+            suspects: Vec::new(),
+            turn_granted: Vec::new(),
+            turn_owners: Vec::new(),
+            turn_connections: Vec::new(),
+            stopping: false,
+        })
+    }
+
+    /// Start-up cleaning: frees every owner whose livelock is dead, makes
+    /// that durable, tells the waiters it granted, removes stale livelock
+    /// files, and starts watching the processes of the owners left.
+    pub(super) fn recover(&mut self) -> Result<(), DaemonError> {
+        let owners = self.manager.owners();
+        let freed = self.free_dead(&owners);
+        if freed > 0 {
+            tracing::info!(freed, "freed owners that died while wconfd was down");
+        }
+        self.remove_stale_livelocks();
+        self.finish_turn()?;
+        for owner in self.manager.owners() {
+            self.watch(&owner);
+        }
+        let now = Instant::now();
+        for waiter in self.manager.list_pending() {
+            self.waiting_since.insert(waiter.owner, now);
+        }
+        Ok(())
+    }
+
+    pub(super) fn bind(&mut self, path: &Path) -> Result<(), DaemonError> {
+        // Only a socket is replaced: we hold the instance lock, so it is
+        // stale.
+        if let Ok(metadata) = fs::symlink_metadata(path) {
+            use std::os::unix::fs::FileTypeExt;
+            if metadata.file_type().is_socket() {
+                fs::remove_file(path).map_err(io_error("cannot remove the stale socket", path))?;
+            }
+        }
+        let mut listener = UnixListener::bind(path).map_err(io_error("cannot bind", path))?;
+        restrict_socket(path)?;
+        self.poll
+            .registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)
+            .map_err(io_error("cannot register", path))?;
+        self.listener = Some(listener);
+        Ok(())
+    }
+
+    /// Serves until SIGTERM or SIGINT.
+    pub fn serve(mut self) -> Result<(), DaemonError> {
+        let mut events = Events::with_capacity(1024);
+        while !self.stopping {
+            let timeout = self.next_wakeup();
+            if let Err(error) = self.poll.poll(&mut events, timeout) {
+                if error.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(io_error("cannot poll", Path::new("epoll"))(error));
+            }
+            for event in events.iter() {
+                match event.token() {
+                    LISTENER => self.accept(),
+                    SIGNALS => self.handle_signals(),
+                    token if self.pid_tokens.contains_key(&token) => self.process_exited(token),
+                    token => {
+                        if event.is_readable() || event.is_read_closed() {
+                            self.read(token);
+                        }
+                        if event.is_writable() {
+                            self.flush(token);
+                        }
+                    }
+                }
+            }
+            for token in std::mem::take(&mut self.ready) {
+                self.process_frames(token);
+            }
+            let now = Instant::now();
+            self.expire_awaits(now);
+            let suspects = std::mem::take(&mut self.suspects);
+            if !suspects.is_empty() {
+                self.free_dead(&suspects);
+            }
+            if now >= self.next_death_check {
+                self.check_all_owners();
+                self.next_death_check = now + self.settings.wconfd.death_check_interval();
+            }
+            self.finish_turn()?;
+        }
+        tracing::info!("wconfd stopping");
+        Ok(())
+    }
+
+    fn next_wakeup(&mut self) -> Option<Duration> {
+        if !self.ready.is_empty() || !self.suspects.is_empty() {
+            return Some(Duration::ZERO);
+        }
+        let now = Instant::now();
+        let mut wake = self.next_death_check;
+        while let Some(Reverse((deadline, owner, token))) = self.await_deadlines.peek() {
+            let live = self
+                .awaits
+                .get(owner)
+                .is_some_and(|waiting| waiting.token == *token);
+            if live {
+                wake = wake.min(*deadline);
+                break;
+            }
+            self.await_deadlines.pop();
+        }
+        Some(wake.saturating_duration_since(now))
+    }
+
+    // ----- connections -----
+
+    fn accept(&mut self) {
+        loop {
+            let Some(listener) = self.listener.as_ref() else {
+                return;
+            };
+            let (mut stream, _) = match listener.accept() {
+                Ok(accepted) => accepted,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    return;
+                }
+            };
+            let peer = match sys::peer_credentials(&stream) {
+                Ok(peer) => peer,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read the peer's credentials; closing");
+                    continue;
+                }
+            };
+            let privileged = peer.uid == 0 || peer.uid == self.own_uid;
+            if !privileged && !self.in_socket_group(&peer) {
+                tracing::warn!(
+                    pid = peer.pid,
+                    uid = peer.uid,
+                    gid = peer.gid,
+                    "refused a connection from a user outside the allowed ones"
+                );
+                continue;
+            }
+            if self.connections.len() >= self.settings.wconfd.connections_max {
+                tracing::warn!(
+                    pid = peer.pid,
+                    limit = self.settings.wconfd.connections_max,
+                    "refused a connection: too many connections"
+                );
+                continue;
+            }
+            let token = Token(self.next_token);
+            self.next_token += 1;
+            if let Err(error) =
+                self.poll
+                    .registry()
+                    .register(&mut stream, token, Interest::READABLE)
+            {
+                tracing::warn!(%error, "cannot register a connection");
+                continue;
+            }
+            self.connections.insert(
+                token,
+                Connection {
+                    stream,
+                    peer,
+                    privileged,
+                    reader: FrameReader::new(self.settings.wconfd.frame_bytes_max),
+                    staged: Vec::new(),
+                    output: Vec::new(),
+                    held: None,
+                    closing: false,
+                    writable_registered: false,
+                },
+            );
+        }
+    }
+
+    fn in_socket_group(&self, peer: &PeerCredentials) -> bool {
+        let Some(gid) = self.group_gid else {
+            return false;
+        };
+        if peer.gid == gid {
+            return true;
+        }
+        let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(peer.uid));
+        let group = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid));
+        match (user, group) {
+            (Ok(Some(user)), Ok(Some(group))) => group.mem.contains(&user.name),
+            _ => false,
+        }
+    }
+
+    fn read(&mut self, token: Token) {
+        let Some(connection) = self.connections.get_mut(&token) else {
+            return;
+        };
+        let mut peer_gone = false;
+        // A full reader stops reading: the frame limit error comes from
+        // next_frame.
+        while let Some(spare) = connection.reader.spare(READ_CHUNK_BYTES) {
+            let spare_bytes = spare.len();
+            match connection.stream.read(spare) {
+                Ok(0) => {
+                    connection.reader.commit(spare_bytes, 0);
+                    peer_gone = true;
+                    break;
+                }
+                Ok(read) => connection.reader.commit(spare_bytes, read),
+                Err(error) => {
+                    connection.reader.commit(spare_bytes, 0);
+                    match error.kind() {
+                        io::ErrorKind::WouldBlock => break,
+                        io::ErrorKind::Interrupted => continue,
+                        _ => {
+                            peer_gone = true;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        self.process_frames(token);
+        if peer_gone {
+            self.close(token);
+        }
+    }
+
+    /// Answers the complete frames of a connection, in order, until one is
+    /// held or none is left.
+    fn process_frames(&mut self, token: Token) {
+        loop {
+            let Some(connection) = self.connections.get_mut(&token) else {
+                return;
+            };
+            if connection.held.is_some()
+                || connection.closing
+                || connection.output.len() + connection.staged.len() > CONNECTION_OUTPUT_BYTES_MAX
+            {
+                return;
+            }
+            let frame = match connection.reader.next_frame() {
+                Ok(Some(frame)) => frame,
+                Ok(None) => return,
+                Err(error) => {
+                    tracing::warn!(pid = connection.peer.pid, %error, "closing a connection");
+                    connection.closing = true;
+                    self.stage(token, Err(WireError::generic(error.to_string())));
+                    return;
+                }
+            };
+            match self.handle_frame(token, &frame) {
+                Reply::Now(reply) => self.stage(token, reply),
+                Reply::Held => {}
+            }
+        }
+    }
+
+    fn stage(&mut self, token: Token, reply: Result<Value, WireError>) {
+        let Some(connection) = self.connections.get_mut(&token) else {
+            return;
+        };
+        match &reply {
+            Ok(value) => encode_success(value, &mut connection.staged),
+            Err(error) => encode_failure(error, &mut connection.staged),
+        }
+        self.turn_connections.push(token);
+    }
+
+    fn flush(&mut self, token: Token) {
+        let Some(connection) = self.connections.get_mut(&token) else {
+            return;
+        };
+        let mut written = 0;
+        let mut failed = false;
+        while written < connection.output.len() {
+            match connection.stream.write(&connection.output[written..]) {
+                Ok(0) => {
+                    failed = true;
+                    break;
+                }
+                Ok(count) => written += count,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        connection.output.drain(..written);
+        if failed {
+            self.close(token);
+            return;
+        }
+        let want_writable = !connection.output.is_empty();
+        if want_writable != connection.writable_registered {
+            let interest = if want_writable {
+                Interest::READABLE | Interest::WRITABLE
+            } else {
+                Interest::READABLE
+            };
+            if self
+                .poll
+                .registry()
+                .reregister(&mut connection.stream, token, interest)
+                .is_err()
+            {
+                self.close(token);
+                return;
+            }
+            connection.writable_registered = want_writable;
+        }
+        if connection.output.is_empty() {
+            if connection.closing {
+                self.close(token);
+            } else if written > 0 && connection.reader.buffered_bytes() > 0 {
+                // Reading paused while output was backed up.
+                self.ready.push(token);
+            }
+        }
+    }
+
+    fn close(&mut self, token: Token) {
+        let Some(mut connection) = self.connections.remove(&token) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut connection.stream);
+        if let Some(owner) = connection.held.take()
+            && self
+                .awaits
+                .get(&owner)
+                .is_some_and(|waiting| waiting.token == token)
+        {
+            // The request stays pending; its owner is told by SIGHUP.
+            self.awaits.remove(&owner);
+        }
+    }
+
+    // ----- requests -----
+
+    fn handle_frame(&mut self, token: Token, frame: &[u8]) -> Reply {
+        let request = match parse_request(frame) {
+            Ok(request) => request,
+            Err(error) => return Reply::Now(Err(error)),
+        };
+        let request = match WconfdRequest::decode(&request, &self.limits) {
+            Ok(request) => request,
+            Err(error) => return Reply::Now(Err(error)),
+        };
+        if let Some(owner) = request.owner()
+            && let Err(error) = self.check_owner(token, owner)
+        {
+            return Reply::Now(Err(error));
+        }
+        self.dispatch(token, request)
+    }
+
+    /// An owner must have its livelock in the livelock directory, and an
+    /// unprivileged peer may act only as owners of its own pid.
+    fn check_owner(&self, token: Token, owner: &Owner) -> Result<(), WireError> {
+        if !liveness::livelock_path_allowed(&self.livelock_dir, &owner.livelock) {
+            return Err(WireError::generic(format!(
+                "livelock path {:?} is not a file directly in {}",
+                owner.livelock,
+                self.livelock_dir.display()
+            )));
+        }
+        let connection = &self.connections[&token];
+        if !connection.privileged && owner.pid != connection.peer.pid {
+            return Err(WireError::generic(format!(
+                "permission denied: process {} may act only as owners with its own pid, not {}",
+                connection.peer.pid, owner.pid
+            )));
+        }
+        Ok(())
+    }
+
+    fn dispatch(&mut self, token: Token, request: WconfdRequest) -> Reply {
+        use WconfdRequest as R;
+        let reply = match request {
+            R::Echo(text) => Ok(Value::String(text)),
+            R::CleanupLocks => {
+                self.check_all_owners();
+                Ok(json!([]))
+            }
+            R::ReadConfig => Ok(self.config.config().clone()),
+            R::VerifyConfig => {
+                let problems = verify(self.config.config());
+                if problems.is_empty() {
+                    Ok(json!([]))
+                } else {
+                    Err(WireError {
+                        class: "ConfigurationError",
+                        args: vec![json!(problems.join("; "))],
+                    })
+                }
+            }
+            R::FlushConfig => Ok(json!([])), // config.data is durable at every write
+            R::LockConfig { owner, shared } => self.lock_config(owner, shared),
+            R::UnlockConfig { owner } => {
+                self.run(LockOp::FreeLocksLevel {
+                    owner,
+                    level: Level::Config,
+                });
+                Ok(json!([]))
+            }
+            R::WriteConfig { owner, config } => {
+                if self.manager.mode_held(&owner, &LockName::Config) != Some(Mode::Exclusive) {
+                    Err(WireError::generic(
+                        "Requested lock exclusive on the configuration missing",
+                    ))
+                } else {
+                    self.write_config(config).map(|()| json!([]))
+                }
+            }
+            R::WriteConfigAndUnlock { owner, config } => {
+                if self.manager.mode_held(&owner, &LockName::Config) != Some(Mode::Exclusive) {
+                    tracing::warn!(%owner, "writeConfigAndUnlock without holding the config lock");
+                    Ok(json!(false))
+                } else {
+                    self.write_config(config).map(|()| {
+                        self.run(LockOp::FreeLocksLevel {
+                            owner,
+                            level: Level::Config,
+                        });
+                        json!(true)
+                    })
+                }
+            }
+            R::ListLocks { owner } => Ok(encode_lock_modes(&self.manager.list_locks(&owner))),
+            R::ListAllLocks => Ok(encode_locks(&self.manager.list_all_locks())),
+            R::ListAllLocksOwners => Ok(encode_locks_owners(&self.manager.list_all_locks_owners())),
+            R::ListLocksWaitingStatus => Ok(json!([
+                encode_locks_owners(&self.manager.list_all_locks_owners()),
+                encode_pending(&self.manager.list_pending())
+            ])),
+            R::HasPendingRequest { owner } => Ok(json!(self.manager.has_pending_request(&owner))),
+            R::TryUpdateLocks { owner, request } => {
+                update_reply(self.run(LockOp::TryUpdate { owner, request }))
+            }
+            R::UpdateLocksWaiting {
+                owner,
+                priority,
+                request,
+            } => update_reply(self.run(LockOp::UpdateWaiting {
+                owner,
+                priority,
+                request,
+            })),
+            R::AwaitLocks {
+                owner,
+                priority,
+                request,
+                timeout_ms,
+            } => return self.await_locks(token, owner, priority, request, timeout_ms),
+            R::FreeLocks { owner } => {
+                self.run(LockOp::FreeLocks { owner });
+                Ok(json!([]))
+            }
+            R::FreeLocksLevel { owner, level } => {
+                self.run(LockOp::FreeLocksLevel { owner, level });
+                Ok(json!([]))
+            }
+            R::DownGradeLocksLevel { owner, level } => {
+                self.run(LockOp::DowngradeLocksLevel { owner, level });
+                Ok(json!([]))
+            }
+            R::IntersectLocks { owner, locks } => {
+                self.run(LockOp::IntersectLocks { owner, keep: locks });
+                Ok(json!([]))
+            }
+            R::OpportunisticLockUnion { owner, wanted } => {
+                acquired_reply(self.run(LockOp::OpportunisticUnion { owner, wanted }))
+            }
+            R::GuardedOpportunisticLockUnion {
+                count,
+                owner,
+                wanted,
+            } => acquired_reply(self.run(LockOp::GuardedOpportunisticUnion {
+                count,
+                owner,
+                wanted,
+            })),
+        };
+        Reply::Now(reply)
+    }
+
+    /// Runs one lock operation: the one way the state changes.
+    fn run(&mut self, op: LockOp) -> OpOutcome {
+        let before = self.manager.changes();
+        let outcome = self.manager.apply(&op);
+        if self.manager.changes() != before {
+            self.store.record(&op);
+        }
+        self.turn_granted.extend(outcome.granted().iter().cloned());
+        self.turn_owners.push(Arc::new(op.owner().clone()));
+        outcome
+    }
+
+    fn lock_config(&mut self, owner: Owner, shared: bool) -> Result<Value, WireError> {
+        let mode = if shared {
+            Mode::Shared
+        } else {
+            Mode::Exclusive
+        };
+        if self.manager.mode_held(&owner, &LockName::Config) >= Some(mode) {
+            tracing::warn!(%owner, "asked to lock the config while owning the lock");
+            return Ok(self.config.config().clone());
+        }
+        let entry = Entry::new(LockName::Config, crate::locks::Action::Acquire(mode));
+        match self.run(LockOp::TryUpdate {
+            owner,
+            request: vec![entry],
+        }) {
+            OpOutcome::Update(Ok(update)) if update.blockers.is_empty() => {
+                Ok(self.config.config().clone())
+            }
+            OpOutcome::Update(Ok(_)) => Ok(Value::Null),
+            OpOutcome::Update(Err(error)) => Err(lock_error(&error)),
+            OpOutcome::Freed(_) | OpOutcome::Acquired(_) => {
+                unreachable!("a TryUpdate answers an Update")
+            }
+        }
+    }
+
+    fn write_config(&mut self, config: Value) -> Result<(), WireError> {
+        match self.config.write(config, unix_now()) {
+            Ok(changed) => {
+                if changed {
+                    tracing::info!(serial_no = self.config.serial_no(), "config.data written");
+                }
+                Ok(())
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot write config.data");
+                Err(WireError::generic(format!(
+                    "cannot write {}: {error}",
+                    self.config.path().display()
+                )))
+            }
+        }
+    }
+
+    fn await_locks(
+        &mut self,
+        token: Token,
+        owner: Owner,
+        priority: Priority,
+        request: Vec<Entry>,
+        timeout_ms: u64,
+    ) -> Reply {
+        let outcome = self.run(LockOp::UpdateWaiting {
+            owner: owner.clone(),
+            priority,
+            request: request.clone(),
+        });
+        let blockers = match outcome {
+            OpOutcome::Update(Ok(update)) => update.blockers,
+            OpOutcome::Update(Err(error)) => return Reply::Now(Err(lock_error(&error))),
+            OpOutcome::Freed(_) | OpOutcome::Acquired(_) => {
+                unreachable!("an UpdateWaiting answers an Update")
+            }
+        };
+        if blockers.is_empty() || timeout_ms == 0 {
+            return Reply::Now(Ok(encode_owners(&blockers)));
+        }
+        let owner = Arc::new(owner);
+        // A re-sent await (a client that reconnected) replaces the old one,
+        // which is answered as if it had timed out.
+        if let Some(previous) = self.awaits.remove(&owner) {
+            self.release_await(previous.token, &owner, Ok(encode_owners(&blockers)));
+        }
+        let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+        self.await_deadlines
+            .push(Reverse((deadline, Arc::clone(&owner), token)));
+        if let Some(connection) = self.connections.get_mut(&token) {
+            connection.held = Some(Arc::clone(&owner));
+        }
+        self.awaits.insert(owner, Await { token, request });
+        Reply::Held
+    }
+
+    /// Answers a held `awaitLocks` and lets its connection go on.
+    fn release_await(&mut self, token: Token, owner: &Owner, reply: Result<Value, WireError>) {
+        let Some(connection) = self.connections.get_mut(&token) else {
+            return;
+        };
+        if connection.held.as_deref() != Some(owner) {
+            return;
+        }
+        connection.held = None;
+        self.stage(token, reply);
+        self.ready.push(token);
+    }
+
+    fn expire_awaits(&mut self, now: Instant) {
+        while let Some(Reverse((deadline, owner, token))) = self.await_deadlines.peek() {
+            if *deadline > now {
+                break;
+            }
+            let (owner, token) = (Arc::clone(owner), *token);
+            self.await_deadlines.pop();
+            if self
+                .awaits
+                .get(&owner)
+                .is_none_or(|waiting| waiting.token != token)
+            {
+                continue;
+            }
+            let waiting = self.awaits.remove(&owner).expect("just looked up");
+            let blockers = self.manager.blockers(&owner, &waiting.request);
+            self.release_await(token, &owner, Ok(encode_owners(&blockers)));
+        }
+    }
+
+    // ----- liveness -----
+
+    /// Frees every owner of `owners` whose livelock is dead; answers how
+    /// many.
+    fn free_dead(&mut self, owners: &[Arc<Owner>]) -> usize {
+        let mut freed = 0;
+        for owner in owners {
+            if !self.manager.has_owner(owner) {
+                continue;
+            }
+            if liveness::is_dead(Path::new(&owner.livelock)) {
+                let held = self.manager.list_locks(owner).len();
+                let waited = self.manager.has_pending_request(owner);
+                tracing::info!(%owner, held, waited, "owner is dead: freeing its locks");
+                self.run(LockOp::FreeLocks {
+                    owner: Owner::clone(owner),
+                });
+                freed += 1;
+            }
+        }
+        freed
+    }
+
+    fn check_all_owners(&mut self) {
+        let owners = self.manager.owners();
+        self.free_dead(&owners);
+        self.remove_stale_livelocks();
+    }
+
+    fn remove_stale_livelocks(&mut self) {
+        let mut referenced: HashSet<PathBuf> = self
+            .manager
+            .owners()
+            .iter()
+            .map(|owner| PathBuf::from(&owner.livelock))
+            .collect();
+        referenced.insert(self.livelock.path().to_owned());
+        match liveness::remove_stale_livelocks(&self.livelock_dir, &referenced) {
+            Ok(removed) => {
+                for path in removed {
+                    tracing::info!(path = %path.display(), "removed a stale livelock");
+                }
+            }
+            Err(error) => tracing::warn!(%error, "cannot clean the livelock directory"),
+        }
+    }
+
+    /// Watches the process of an owner, so its exit is noticed at once.
+    fn watch(&mut self, owner: &Arc<Owner>) {
+        if let Some(watch) = self.pid_watches.get_mut(&owner.pid) {
+            watch.owners.insert(Arc::clone(owner));
+            return;
+        }
+        let fd = match sys::pidfd_open(owner.pid) {
+            Ok(fd) => fd,
+            Err(error) if error.raw_os_error() == Some(nix::libc::ESRCH) => {
+                self.suspects.push(Arc::clone(owner));
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(%owner, %error, "cannot watch the owner's process; the periodic check covers it");
+                return;
+            }
+        };
+        let token = Token(self.next_token);
+        self.next_token += 1;
+        if let Err(error) =
+            self.poll
+                .registry()
+                .register(&mut SourceFd(&fd.as_raw_fd()), token, Interest::READABLE)
+        {
+            tracing::warn!(%owner, %error, "cannot watch the owner's process");
+            return;
+        }
+        self.pid_tokens.insert(token, owner.pid);
+        self.pid_watches.insert(
+            owner.pid,
+            PidWatch {
+                fd,
+                token,
+                owners: HashSet::from([Arc::clone(owner)]),
+            },
+        );
+    }
+
+    fn unwatch(&mut self, owner: &Owner) {
+        let Some(watch) = self.pid_watches.get_mut(&owner.pid) else {
+            return;
+        };
+        watch.owners.remove(owner);
+        if watch.owners.is_empty() {
+            let watch = self.pid_watches.remove(&owner.pid).expect("just looked up");
+            self.drop_watch(watch);
+        }
+    }
+
+    fn drop_watch(&mut self, watch: PidWatch) {
+        let _ = self
+            .poll
+            .registry()
+            .deregister(&mut SourceFd(&watch.fd.as_raw_fd()));
+        self.pid_tokens.remove(&watch.token);
+    }
+
+    /// A watched process exited: probe its owners now.
+    fn process_exited(&mut self, token: Token) {
+        let Some(pid) = self.pid_tokens.get(&token).copied() else {
+            return;
+        };
+        let watch = self
+            .pid_watches
+            .remove(&pid)
+            .expect("tokens and watches agree");
+        let owners: Vec<Arc<Owner>> = watch.owners.iter().cloned().collect();
+        self.drop_watch(watch);
+        self.free_dead(&owners);
+    }
+
+    // ----- end of turn -----
+
+    /// Makes the turn durable, then reveals it: grants (held awaits and
+    /// SIGHUPs), replies, watches; a snapshot if the journal is long.
+    fn finish_turn(&mut self) -> Result<(), DaemonError> {
+        self.store.commit().map_err(DaemonError::Journal)?;
+        let now = Instant::now();
+        for owner in std::mem::take(&mut self.turn_granted) {
+            self.waiting_since.remove(&owner);
+            match self.awaits.remove(&owner) {
+                Some(waiting) => self.release_await(waiting.token, &owner, Ok(json!([]))),
+                None => {
+                    if let Err(error) = sys::send_signal(owner.pid, Signal::SIGHUP) {
+                        tracing::debug!(%owner, %error, "cannot notify the owner");
+                    }
+                }
+            }
+        }
+        for owner in std::mem::take(&mut self.turn_owners) {
+            let pending = self.manager.has_pending_request(&owner);
+            if pending {
+                self.waiting_since.entry(Arc::clone(&owner)).or_insert(now);
+            } else {
+                self.waiting_since.remove(&owner);
+                if let Some(waiting) = self.awaits.remove(&owner) {
+                    self.release_await(
+                        waiting.token,
+                        &owner,
+                        Err(WireError::generic(
+                            "the pending request was dropped (its locks were freed)",
+                        )),
+                    );
+                }
+            }
+            if self.manager.has_owner(&owner) {
+                self.watch(&owner);
+            } else {
+                self.unwatch(&owner);
+            }
+        }
+        let mut tokens = std::mem::take(&mut self.turn_connections);
+        tokens.sort_unstable();
+        tokens.dedup();
+        for token in tokens {
+            if let Some(connection) = self.connections.get_mut(&token) {
+                let staged = std::mem::take(&mut connection.staged);
+                connection.output.extend_from_slice(&staged);
+                self.flush(token);
+            }
+        }
+        if self.store.journal_bytes() > self.settings.wconfd.snapshot_journal_bytes_max {
+            let started = Instant::now();
+            self.store
+                .write_snapshot(&self.manager)
+                .map_err(DaemonError::Journal)?;
+            tracing::info!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                holdings = self.manager.holding_count(),
+                "wrote a lock state snapshot"
+            );
+        }
+        Ok(())
+    }
+
+    // ----- signals -----
+
+    fn handle_signals(&mut self) {
+        let signals: Vec<i32> = self.signals.pending().collect();
+        for signal in signals {
+            match signal {
+                SIGTERM | SIGINT => {
+                    tracing::info!(signal, "asked to stop");
+                    self.stopping = true;
+                }
+                SIGUSR2 => self.dump(),
+                _ => tracing::debug!(signal, "ignored a signal"),
+            }
+        }
+    }
+
+    /// SIGUSR2: the lock table, the waiters and the connections, to the log.
+    fn dump(&self) {
+        let now = Instant::now();
+        let table = self.manager.list_all_locks_owners();
+        tracing::info!(
+            locks = table.len(),
+            holdings = self.manager.holding_count(),
+            pending = self.manager.pending_count(),
+            connections = self.connections.len(),
+            watched_pids = self.pid_watches.len(),
+            journal_bytes = self.store.journal_bytes(),
+            "state dump (one thread: the event loop)"
+        );
+        for (lock, holders) in &table {
+            let holders: Vec<String> = holders
+                .iter()
+                .map(|(owner, mode)| format!("{owner} {mode}"))
+                .collect();
+            tracing::info!("lock {lock}: {}", holders.join(", "));
+        }
+        for waiter in self.manager.list_pending() {
+            let waited = self
+                .waiting_since
+                .get(&waiter.owner)
+                .map(|since| now.duration_since(*since).as_secs_f64())
+                .unwrap_or(0.0);
+            let request: Vec<String> = waiter.request.iter().map(ToString::to_string).collect();
+            tracing::info!(
+                "waiter {} priority {} for {:.3} s{}: {}",
+                waiter.owner,
+                waiter.priority,
+                waited,
+                if self.awaits.contains_key(&waiter.owner) {
+                    " (awaitLocks)"
+                } else {
+                    ""
+                },
+                request.join(" ")
+            );
+        }
+        for (token, connection) in &self.connections {
+            tracing::info!(
+                "connection {}: pid {} uid {} buffered {} B, output {} B{}",
+                token.0,
+                connection.peer.pid,
+                connection.peer.uid,
+                connection.reader.buffered_bytes(),
+                connection.output.len(),
+                match &connection.held {
+                    Some(owner) => format!(", awaiting locks for {owner}"),
+                    None => String::new(),
+                }
+            );
+        }
+    }
+}
+
+fn update_reply(outcome: OpOutcome) -> Result<Value, WireError> {
+    match outcome {
+        OpOutcome::Update(Ok(update)) => Ok(encode_owners(&update.blockers)),
+        OpOutcome::Update(Err(error)) => Err(lock_error(&error)),
+        OpOutcome::Freed(_) | OpOutcome::Acquired(_) => unreachable!("updates answer an Update"),
+    }
+}
+
+fn acquired_reply(outcome: OpOutcome) -> Result<Value, WireError> {
+    match outcome {
+        OpOutcome::Acquired(locks) => Ok(encode_locks(&locks)),
+        OpOutcome::Update(_) | OpOutcome::Freed(_) => unreachable!("unions answer Acquired"),
+    }
+}
