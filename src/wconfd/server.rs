@@ -91,6 +91,7 @@ enum Reply {
 pub struct Server {
     poll: Poll,
     listener: Option<UnixListener>,
+    socket_path: Option<PathBuf>,
     signals: Signals,
     settings: Settings,
     limits: DecodeLimits,
@@ -150,6 +151,7 @@ impl Server {
         Ok(Server {
             poll,
             listener: None,
+            socket_path: None,
             signals,
             settings,
             limits,
@@ -215,6 +217,7 @@ impl Server {
             .register(&mut listener, LISTENER, Interest::READABLE)
             .map_err(io_error("cannot register", path))?;
         self.listener = Some(listener);
+        self.socket_path = Some(path.to_owned());
         Ok(())
     }
 
@@ -245,7 +248,7 @@ impl Server {
                 }
             }
             for token in std::mem::take(&mut self.ready) {
-                self.process_frames(token);
+                self.read(token);
             }
             let now = Instant::now();
             self.expire_awaits(now);
@@ -259,7 +262,10 @@ impl Server {
             }
             self.finish_turn()?;
         }
-        tracing::info!("wconfd stopping");
+        if let Some(path) = &self.socket_path {
+            let _ = fs::remove_file(path);
+        }
+        tracing::info!("wconfd stopped");
         Ok(())
     }
 
@@ -366,39 +372,69 @@ impl Server {
         }
     }
 
+    /// Reads what a connection sent and answers it. Epoll is edge
+    /// triggered, so the socket is read until it would block, unless the
+    /// frame buffer is full and nothing in it can be answered yet (a held
+    /// `awaitLocks`, or output backed up): then the connection is read
+    /// again once it moves (`ready`).
     fn read(&mut self, token: Token) {
-        let Some(connection) = self.connections.get_mut(&token) else {
-            return;
-        };
-        let mut peer_gone = false;
-        // A full reader stops reading: the frame limit error comes from
-        // next_frame.
-        while let Some(spare) = connection.reader.spare(READ_CHUNK_BYTES) {
-            let spare_bytes = spare.len();
-            match connection.stream.read(spare) {
-                Ok(0) => {
-                    connection.reader.commit(spare_bytes, 0);
-                    peer_gone = true;
-                    break;
-                }
-                Ok(read) => connection.reader.commit(spare_bytes, read),
-                Err(error) => {
-                    connection.reader.commit(spare_bytes, 0);
-                    match error.kind() {
-                        io::ErrorKind::WouldBlock => break,
-                        io::ErrorKind::Interrupted => continue,
-                        _ => {
-                            peer_gone = true;
-                            break;
+        loop {
+            let Some(connection) = self.connections.get_mut(&token) else {
+                return;
+            };
+            let mut peer_gone = false;
+            let mut full = true;
+            while let Some(spare) = connection.reader.spare(READ_CHUNK_BYTES) {
+                let spare_bytes = spare.len();
+                match connection.stream.read(spare) {
+                    Ok(0) => {
+                        connection.reader.commit(spare_bytes, 0);
+                        peer_gone = true;
+                        full = false;
+                        break;
+                    }
+                    Ok(read) => connection.reader.commit(spare_bytes, read),
+                    Err(error) => {
+                        connection.reader.commit(spare_bytes, 0);
+                        match error.kind() {
+                            io::ErrorKind::Interrupted => continue,
+                            io::ErrorKind::WouldBlock => {}
+                            _ => peer_gone = true,
                         }
+                        full = false;
+                        break;
                     }
                 }
             }
+            let buffered = connection.reader.buffered_bytes();
+            self.process_frames(token);
+            if peer_gone {
+                self.peer_gone(token);
+                return;
+            }
+            let Some(connection) = self.connections.get(&token) else {
+                return;
+            };
+            if !full || connection.reader.buffered_bytes() >= buffered {
+                return;
+            }
         }
-        self.process_frames(token);
-        if peer_gone {
+    }
+
+    /// The client closed its end: answer what it sent, then close. A held
+    /// `awaitLocks` is dropped at once (its owner is told by SIGHUP).
+    fn peer_gone(&mut self, token: Token) {
+        let Some(connection) = self.connections.get_mut(&token) else {
+            return;
+        };
+        if connection.held.is_some()
+            || (connection.staged.is_empty() && connection.output.is_empty())
+        {
             self.close(token);
+            return;
         }
+        connection.closing = true;
+        self.turn_connections.push(token);
     }
 
     /// Answers the complete frames of a connection, in order, until one is
@@ -490,7 +526,7 @@ impl Server {
             if connection.closing {
                 self.close(token);
             } else if written > 0 && connection.reader.buffered_bytes() > 0 {
-                // Reading paused while output was backed up.
+                // Answering paused while output was backed up.
                 self.ready.push(token);
             }
         }
