@@ -25,7 +25,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use nix::libc;
 
@@ -419,8 +419,34 @@ fn clean_for_comparison(path: &Path) -> PathBuf {
         .collect()
 }
 
+/// Removes the livelock of an owner just found dead and freed, without
+/// waiting for it to age: the owner had it locked once, so dead now means
+/// gone for good. The same checks as stale removal otherwise: a regular
+/// file directly in `dir`, dead by the probe while we hold its flock, never
+/// through a symlink. Whether it removed the file.
+pub fn remove_dead_livelock(dir: &Path, path: &Path) -> io::Result<bool> {
+    let Some(text) = path.to_str() else {
+        return Ok(false);
+    };
+    if !livelock_path_allowed(dir, text) {
+        return Ok(false);
+    }
+    match fs::symlink_metadata(path) {
+        Ok(metadata) if metadata.file_type().is_file() => {}
+        Ok(_) => return Ok(false),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(error) => return Err(error),
+    }
+    remove_if_dead(path, SystemTime::now(), Duration::ZERO)
+}
+
 /// Removes `path` if it is a dead, old regular file; whether it did.
 fn remove_if_stale(path: &Path, now: SystemTime) -> io::Result<bool> {
+    remove_if_dead(path, now, LIVELOCK_STALE_AGE_MIN)
+}
+
+/// Removes `path` if it is a dead regular file at least `age_min` old.
+fn remove_if_dead(path: &Path, now: SystemTime, age_min: Duration) -> io::Result<bool> {
     let file = match open_for_probe(path) {
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
         Err(error) => return Err(error),
@@ -443,7 +469,7 @@ fn remove_if_stale(path: &Path, now: SystemTime) -> io::Result<bool> {
     }
     // A modification time in the future (clock set back) counts as young.
     let young = match now.duration_since(metadata.modified()?) {
-        Ok(age) => age < LIVELOCK_STALE_AGE_MIN,
+        Ok(age) => age < age_min,
         Err(_) => true,
     };
     if young {

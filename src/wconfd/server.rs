@@ -601,9 +601,10 @@ impl Server {
                 if problems.is_empty() {
                     Ok(json!([]))
                 } else {
+                    // Ganeti's shape: its ConfigWriter reads args[1] as the list.
                     Err(WireError {
-                        class: "ConfigurationError",
-                        args: vec![json!(problems.join("; "))],
+                        class: "ConfigVerifyError",
+                        args: vec![json!("Validation failed"), json!(problems)],
                     })
                 }
             }
@@ -827,9 +828,11 @@ impl Server {
 
     // ----- liveness -----
 
-    /// Frees every owner of `owners` whose livelock is dead; answers how
-    /// many.
+    /// Frees every owner of `owners` whose livelock is dead, and removes
+    /// the dead livelock files no remaining owner names; answers how many
+    /// owners were freed.
     fn free_dead(&mut self, owners: &[Arc<Owner>]) -> usize {
+        let mut dead_livelocks: HashSet<&str> = HashSet::new();
         let mut freed = 0;
         for owner in owners {
             if !self.manager.has_owner(owner) {
@@ -842,7 +845,29 @@ impl Server {
                 self.run(LockOp::FreeLocks {
                     owner: Owner::clone(owner),
                 });
+                dead_livelocks.insert(&owner.livelock);
                 freed += 1;
+            }
+        }
+        if !dead_livelocks.is_empty() {
+            let still_named: HashSet<String> = self
+                .manager
+                .owners()
+                .iter()
+                .map(|owner| owner.livelock.clone())
+                .collect();
+            for livelock in &dead_livelocks {
+                if still_named.contains(*livelock) {
+                    continue;
+                }
+                let path = Path::new(livelock);
+                match liveness::remove_dead_livelock(&self.livelock_dir, path) {
+                    Ok(true) => tracing::debug!(path = %path.display(), "removed a dead livelock"),
+                    Ok(false) => {}
+                    Err(error) => {
+                        tracing::warn!(path = %path.display(), %error, "cannot remove a dead livelock")
+                    }
+                }
             }
         }
         freed
