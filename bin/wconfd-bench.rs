@@ -1,0 +1,1517 @@
+//! wconfd-bench: the real wconfd over its socket, against the targets of
+//! design/PERFORMANCE.md.
+//!
+//! ```text
+//! cargo build --release --bins
+//! target/release/wconfd-bench [throughput|latency|scale|death] [--runs N] [--quick] [--dir DIR]
+//! ```
+//!
+//! Every run of a scenario starts the `wconfd` binary that sits next to this
+//! executable on a fresh root under DIR (default: the temp directory) and
+//! waits for it by connecting. Scenarios:
+//! - `throughput`: 1, 16 and 64 clients (one thread, connection and owner
+//!   each) loop acquire (`cluster/BGL` shared + `node/<own>` exclusive) and
+//!   release through `tryUpdateLocks`; lock RPCs per second.
+//! - `latency`: one client's round trips of the same RPCs, p50 and p99, next
+//!   to the cost of one small append + `fdatasync` on the same file system
+//!   (wconfd answers a change only once it is durable).
+//! - `scale`: the 16-client loop on an empty table and with 100,000 node
+//!   locks held by 10,000 owners; then the time from spawn to the first
+//!   `echo` reply of a restarted wconfd holding that table, after SIGTERM
+//!   and after kill -9.
+//! - `death`: a child process holds `node/x`, an owner blocks on it with
+//!   `awaitLocks`; time from kill -9 of the holder to the waiter's grant.
+//!
+//! Owners are `[name, <root>/livelocks/<name>, pid]`. This process holds
+//! (flock) the livelock of every owner it acts as, except the holders of
+//! `death`: those are this executable started as
+//! `wconfd-bench --hold-livelock DIR NAME`, so that their death is real.
+//!
+//! As in lock-bench: the box is shared and noisy, so each scenario runs
+//! several times and the summary shows medians; ratios and differences are
+//! taken within a run. Every reply is checked: a wrong answer stops the
+//! bench with an error (exit 1). A missed target is reported, not an error.
+
+use std::cell::Cell;
+use std::fmt::{self, Display, Write as _};
+use std::fs::{self, OpenOptions};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
+
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+use warden::liveness::Livelock;
+use warden::protocol::ETX;
+use warden::store::lock_state::JOURNAL_FILE;
+use warden::wconfd::{LIVELOCK_DIR, SOCKET_PATH};
+
+const USAGE: &str = "\
+usage: wconfd-bench [throughput|latency|scale|death] [--runs N] [--quick] [--dir DIR]
+  --dir DIR  where the temporary wconfd roots go (default: the temp directory);
+             its file system's fsync cost bounds every figure";
+
+/// Runs per scenario unless `--runs` says otherwise: enough for a median to
+/// shrug off one disturbed run.
+const RUNS_DEFAULT: usize = 5;
+
+// The targets of design/PERFORMANCE.md.
+const THROUGHPUT_RPCS_PER_SECOND_MIN: f64 = 100_000.0;
+const THROUGHPUT_TARGET_CLIENTS: [usize; 2] = [16, 64];
+const LATENCY_OVER_FSYNC_SECONDS_MAX: f64 = 30e-6;
+const SCALE_RATIO_MAX: f64 = 2.0;
+const RESTART_SECONDS_MAX: f64 = 1.0;
+const DEATH_P99_SECONDS_MAX: f64 = 0.050;
+
+/// The waiter's `awaitLocks` timeout in `death`: far above any plausible
+/// detection time, so a timeout means detection failed.
+const AWAIT_TIMEOUT_MS: u64 = 5_000;
+/// Longest wait for any one reply: a hung wconfd fails the bench instead of
+/// hanging it (and CI).
+const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest wait for wconfd to answer after a spawn, or to exit after SIGTERM
+/// (a restart replays the whole journal).
+const PROCESS_TIMEOUT: Duration = Duration::from_secs(30);
+/// Pause between attempts to connect to a starting wconfd, and between
+/// looks at a stopping one: small against the 1 s restart target.
+const POLL_PAUSE: Duration = Duration::from_micros(200);
+/// Bytes per append of the fsync probe: about one journal record of the
+/// lock loop.
+const FSYNC_RECORD_BYTES: usize = 100;
+/// Descriptors the bench needs beside its livelocks (connections, pipes).
+const DESCRIPTORS_SPARE: u64 = 1_024;
+
+fn main() -> ExitCode {
+    let command = match Invocation::parse(std::env::args().skip(1)) {
+        Ok(command) => command,
+        Err(message) => {
+            eprintln!("wconfd-bench: {message}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let outcome = match command {
+        Invocation::Help => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        Invocation::HoldLivelock { dir, name } => hold_livelock(&dir, &name),
+        Invocation::Bench(options) => bench(&options),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("wconfd-bench: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn bench(options: &Options) -> Result<()> {
+    let bench = Bench::new(options)?;
+    print_context(&bench)?;
+    let reports = options
+        .scenarios
+        .iter()
+        .map(|scenario| run_scenario(*scenario, &bench))
+        .collect::<Result<Vec<Report>>>()?;
+    print_summary(&reports, options);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Options and sizes
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scenario {
+    Throughput,
+    Latency,
+    Scale,
+    Death,
+}
+
+impl Scenario {
+    const ALL: [Scenario; 4] = [
+        Scenario::Throughput,
+        Scenario::Latency,
+        Scenario::Scale,
+        Scenario::Death,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::Throughput => "throughput",
+            Scenario::Latency => "latency",
+            Scenario::Scale => "scale",
+            Scenario::Death => "death",
+        }
+    }
+
+    fn run(self, bench: &Bench) -> Result<Vec<Measure>> {
+        match self {
+            Scenario::Throughput => throughput(bench),
+            Scenario::Latency => latency(bench),
+            Scenario::Scale => scale(bench),
+            Scenario::Death => death(bench),
+        }
+    }
+}
+
+/// What the command line asks for.
+enum Invocation {
+    Bench(Options),
+    Help,
+    /// Internal: be the holder process of `death` (see [`hold_livelock`]).
+    HoldLivelock {
+        dir: PathBuf,
+        name: String,
+    },
+}
+
+struct Options {
+    scenarios: Vec<Scenario>,
+    runs: usize,
+    quick: bool,
+    /// Parent of the temporary roots.
+    dir: PathBuf,
+    command_line: String,
+}
+
+impl Invocation {
+    fn parse(args: impl Iterator<Item = String>) -> std::result::Result<Invocation, String> {
+        let args: Vec<String> = args.collect();
+        if let [flag, dir, name] = args.as_slice()
+            && flag == "--hold-livelock"
+        {
+            return Ok(Invocation::HoldLivelock {
+                dir: PathBuf::from(dir),
+                name: name.clone(),
+            });
+        }
+        let mut options = Options {
+            scenarios: Scenario::ALL.to_vec(),
+            runs: RUNS_DEFAULT,
+            quick: false,
+            dir: std::env::temp_dir(),
+            command_line: std::iter::once("wconfd-bench")
+                .chain(args.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(" "),
+        };
+        let mut chosen = None;
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--quick" => options.quick = true,
+                "--help" | "-h" => return Ok(Invocation::Help),
+                "--runs" => {
+                    let value = args.next().ok_or("--runs needs a number")?;
+                    options.runs = match value.parse() {
+                        Ok(runs) if runs > 0 => runs,
+                        _ => return Err(format!("--runs wants a positive number, not '{value}'")),
+                    };
+                }
+                "--dir" => options.dir = PathBuf::from(args.next().ok_or("--dir needs a path")?),
+                name => {
+                    let scenario = Scenario::ALL
+                        .into_iter()
+                        .find(|scenario| scenario.name() == name)
+                        .ok_or_else(|| format!("unknown scenario or option '{name}'"))?;
+                    if chosen.replace(scenario).is_some() {
+                        return Err("name at most one scenario".to_owned());
+                    }
+                }
+            }
+        }
+        if let Some(scenario) = chosen {
+            options.scenarios = vec![scenario];
+        }
+        Ok(Invocation::Bench(options))
+    }
+}
+
+/// How much work each scenario does per run.
+struct Sizes {
+    /// The lock loop runs this long before it is measured (connections and
+    /// owners settle) ...
+    warmup: Duration,
+    /// ... and is then measured for this long.
+    window: Duration,
+    throughput_clients: [usize; 3],
+    /// Round trips of `latency`: at most this many, for at most this long
+    /// (a slow disk makes each one cost milliseconds).
+    latency_rtts_max: usize,
+    latency_time_max: Duration,
+    /// Appends + syncs of the fsync probe, bounded the same way.
+    fsyncs_max: usize,
+    fsync_time_max: Duration,
+    scale_clients: usize,
+    /// The large table of `scale`: this many owners, each holding
+    /// `scale_locks_per_owner` node locks exclusively.
+    scale_owners: usize,
+    scale_locks_per_owner: usize,
+    /// Setup requests sent before reading their replies: a batch shares
+    /// wconfd's turns and syncs.
+    setup_batch: usize,
+    /// Holders killed per run of `death`.
+    death_kills: usize,
+}
+
+impl Sizes {
+    const FULL: Sizes = Sizes {
+        warmup: Duration::from_millis(500),
+        window: Duration::from_secs(2),
+        throughput_clients: [1, 16, 64],
+        latency_rtts_max: 5_000,
+        latency_time_max: Duration::from_secs(2),
+        fsyncs_max: 1_000,
+        fsync_time_max: Duration::from_secs(1),
+        scale_clients: 16,
+        scale_owners: 10_000,
+        scale_locks_per_owner: 10,
+        setup_batch: 250,
+        death_kills: 100,
+    };
+
+    /// A smoke run for CI: every code path and check, in a few seconds. Its
+    /// figures mean nothing, so targets are not judged.
+    const QUICK: Sizes = Sizes {
+        warmup: Duration::from_millis(20),
+        window: Duration::from_millis(100),
+        throughput_clients: [1, 16, 64],
+        latency_rtts_max: 50,
+        latency_time_max: Duration::from_millis(200),
+        fsyncs_max: 20,
+        fsync_time_max: Duration::from_millis(200),
+        scale_clients: 16,
+        scale_owners: 100,
+        scale_locks_per_owner: 10,
+        setup_batch: 30,
+        death_kills: 3,
+    };
+}
+
+/// What every scenario shares: the binaries, the scratch directory, the
+/// sizes.
+struct Bench {
+    /// This executable (started again as the holder of `death`).
+    exe: PathBuf,
+    wconfd: PathBuf,
+    workspace: Workspace,
+    sizes: &'static Sizes,
+    runs: usize,
+    quick: bool,
+    command_line: String,
+}
+
+impl Bench {
+    fn new(options: &Options) -> Result<Bench> {
+        let exe = std::env::current_exe().context(|| "cannot find this executable".to_owned())?;
+        let wconfd = exe.with_file_name("wconfd");
+        if !wconfd.is_file() {
+            return fail(format!(
+                "no wconfd next to this executable ({}): build every binary \
+                 (cargo build --release --bins)",
+                wconfd.display()
+            ));
+        }
+        let sizes = if options.quick {
+            &Sizes::QUICK
+        } else {
+            &Sizes::FULL
+        };
+        // One descriptor per livelock held at once: the large table of `scale`.
+        raise_descriptor_limit(sizes.scale_owners as u64 + DESCRIPTORS_SPARE)?;
+        // wconfd tells an owner that a pending request was granted with
+        // SIGHUP to its pid, which is ours; the default action would end the
+        // bench. Grants here come through awaitLocks, so none is expected.
+        signal_hook::flag::register(
+            signal_hook::consts::SIGHUP,
+            Arc::new(AtomicBool::new(false)),
+        )
+        .context(|| "cannot handle SIGHUP".to_owned())?;
+        Ok(Bench {
+            exe,
+            wconfd,
+            workspace: Workspace::create(&options.dir)?,
+            sizes,
+            runs: options.runs,
+            quick: options.quick,
+            command_line: options.command_line.clone(),
+        })
+    }
+}
+
+fn raise_descriptor_limit(wanted: u64) -> Result<()> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)
+        .context(|| "cannot read the descriptor limit".to_owned())?;
+    if soft >= wanted {
+        return Ok(());
+    }
+    if hard < wanted {
+        return fail(format!(
+            "the bench holds up to {wanted} descriptors (one per livelock) \
+             but the hard limit is {hard}: raise it (ulimit -Hn)"
+        ));
+    }
+    setrlimit(Resource::RLIMIT_NOFILE, wanted, hard)
+        .context(|| format!("cannot raise the descriptor limit to {wanted}"))
+}
+
+// ---------------------------------------------------------------------------
+// Scenario: throughput
+
+fn throughput(bench: &Bench) -> Result<Vec<Measure>> {
+    let mut wconfd = Wconfd::start(bench)?;
+    let mut measures = Vec::new();
+    for clients in bench.sizes.throughput_clients {
+        let rate = lock_loop_rate(&wconfd, clients, "loop", bench.sizes)?;
+        expect_lock_count(&wconfd, 0).context(|| "after the lock loop".to_owned())?;
+        let label = format!("lock RPCs, {}", counted(clients, "client"));
+        let measure = Measure::new(label, Unit::PerSecond, rate);
+        measures.push(if THROUGHPUT_TARGET_CLIENTS.contains(&clients) {
+            measure.with_target(Target::AtLeast(THROUGHPUT_RPCS_PER_SECOND_MIN))
+        } else {
+            measure
+        });
+    }
+    wconfd.stop()?;
+    Ok(measures)
+}
+
+/// `clients` threads, each with its own connection and owner, loop acquire
+/// and release; answers the lock RPCs per second wconfd answered (all
+/// granted) during the measuring window. Every owner holds nothing after.
+fn lock_loop_rate(wconfd: &Wconfd, clients: usize, tag: &str, sizes: &Sizes) -> Result<f64> {
+    let owners = (0..clients)
+        .map(|index| BenchOwner::new(&wconfd.livelock_dir, &format!("{tag}-{clients}-{index}")))
+        .collect::<Result<Vec<_>>>()?;
+    let connections = (0..clients)
+        .map(|_| wconfd.connect())
+        .collect::<Result<Vec<_>>>()?;
+    let counts: Vec<AtomicU64> = (0..clients).map(|_| AtomicU64::new(0)).collect();
+    let stop = AtomicBool::new(false);
+    let total = || -> u64 {
+        counts
+            .iter()
+            .map(|count| count.load(Ordering::Relaxed))
+            .sum()
+    };
+    thread::scope(|scope| {
+        let workers: Vec<_> = owners
+            .iter()
+            .zip(connections)
+            .zip(&counts)
+            .map(|((owner, client), count)| scope.spawn(|| lock_loop(client, owner, count, &stop)))
+            .collect();
+        thread::sleep(sizes.warmup);
+        let (first, started) = (total(), Instant::now());
+        thread::sleep(sizes.window);
+        let (last, elapsed) = (total(), started.elapsed());
+        stop.store(true, Ordering::Relaxed);
+        for worker in workers {
+            worker
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+        }
+        Ok((last - first) as f64 / elapsed.as_secs_f64())
+    })
+}
+
+/// One client of the lock loop: acquire, release, count, until `stop`. It
+/// stops after a release, so its owner ends up holding nothing.
+fn lock_loop(
+    mut client: Client,
+    owner: &BenchOwner,
+    count: &AtomicU64,
+    stop: &AtomicBool,
+) -> Result<()> {
+    let [acquire, release] = lock_pair(owner);
+    while !stop.load(Ordering::Relaxed) {
+        client
+            .call_granted(&acquire)
+            .context(|| format!("acquire of {}", owner.name))?;
+        client
+            .call_granted(&release)
+            .context(|| format!("release of {}", owner.name))?;
+        count.fetch_add(2, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// The requests of the lock loop, as a job takes its locks: the BGL shared,
+/// then its node exclusively; and the release of both.
+fn lock_pair(owner: &BenchOwner) -> [Vec<u8>; 2] {
+    let node = format!("node/{}", owner.name);
+    let update = |action: &str| {
+        let bgl_action = if action == "release" {
+            "release"
+        } else {
+            "shared"
+        };
+        request(
+            "tryUpdateLocks",
+            &json!([owner.wire, [["cluster/BGL", bgl_action], [node, action]]]),
+        )
+    };
+    [update("exclusive"), update("release")]
+}
+
+// ---------------------------------------------------------------------------
+// Scenario: latency
+
+fn latency(bench: &Bench) -> Result<Vec<Measure>> {
+    let sizes = bench.sizes;
+    let mut wconfd = Wconfd::start(bench)?;
+    let owner = BenchOwner::new(&wconfd.livelock_dir, "latency")?;
+    let pair = lock_pair(&owner);
+    let mut client = wconfd.connect()?;
+    let mut rtts = Vec::with_capacity(sizes.latency_rtts_max);
+    let started = Instant::now();
+    while rtts.len() < sizes.latency_rtts_max && started.elapsed() < sizes.latency_time_max {
+        for frame in &pair {
+            let sent = Instant::now();
+            client.call_granted(frame)?;
+            rtts.push(sent.elapsed().as_secs_f64());
+        }
+    }
+    wconfd.stop()?;
+    // Measured while wconfd is down, on the same file system as its journal.
+    let fsync = fsync_cost(&wconfd.dir, sizes.fsyncs_max, sizes.fsync_time_max)?;
+    rtts.sort_by(f64::total_cmp);
+    let p50 = percentile(&rtts, 0.50);
+    Ok(vec![
+        Measure::new("p50 round trip", Unit::Seconds, p50),
+        Measure::new("p99 round trip", Unit::Seconds, percentile(&rtts, 0.99)),
+        Measure::new("fsync (100 B append + fdatasync)", Unit::Seconds, fsync),
+        Measure::new("p50 round trip - fsync", Unit::Seconds, p50 - fsync)
+            .with_target(Target::AtMost(LATENCY_OVER_FSYNC_SECONDS_MAX)),
+    ])
+}
+
+/// Median seconds to append a small record to a file in `dir` and
+/// `sync_data` it, as wconfd's journal does once per turn: the floor under
+/// every reply that reveals a change.
+fn fsync_cost(dir: &Path, count_max: usize, time_max: Duration) -> Result<f64> {
+    let path = dir.join("fsync-probe");
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .context(|| format!("cannot open {}", path.display()))?;
+    let record = [b'x'; FSYNC_RECORD_BYTES];
+    let mut samples = Vec::with_capacity(count_max);
+    let started = Instant::now();
+    while samples.len() < count_max && (samples.is_empty() || started.elapsed() < time_max) {
+        let written = Instant::now();
+        file.write_all(&record)
+            .and_then(|()| file.sync_data())
+            .context(|| format!("cannot append to and sync {}", path.display()))?;
+        samples.push(written.elapsed().as_secs_f64());
+    }
+    drop(file);
+    fs::remove_file(&path).context(|| format!("cannot remove {}", path.display()))?;
+    samples.sort_by(f64::total_cmp);
+    Ok(percentile(&samples, 0.50))
+}
+
+// ---------------------------------------------------------------------------
+// Scenario: scale
+
+fn scale(bench: &Bench) -> Result<Vec<Measure>> {
+    let sizes = bench.sizes;
+    let clients = sizes.scale_clients;
+    let mut wconfd = Wconfd::start(bench)?;
+    let small = lock_loop_rate(&wconfd, clients, "empty", sizes)?;
+
+    let table = fill_table(&wconfd, sizes)?;
+    // The node locks plus their group node/[lockset], in use indirectly.
+    let locks = table.len() * sizes.scale_locks_per_owner + 1;
+    expect_lock_count(&wconfd, locks).context(|| "after filling the table".to_owned())?;
+    let large = lock_loop_rate(&wconfd, clients, "table", sizes)?;
+    expect_lock_count(&wconfd, locks).context(|| "after the lock loop".to_owned())?;
+
+    // The table must come back whole: its owners' livelocks are alive.
+    wconfd.stop()?;
+    // Both restarts replay this journal: their cost grows with it.
+    let journal = wconfd.root.join(JOURNAL_FILE);
+    let journal_bytes = fs::metadata(&journal)
+        .context(|| format!("cannot read the size of {}", journal.display()))?
+        .len();
+    let after_stop = wconfd.spawn()?;
+    expect_lock_count(&wconfd, locks).context(|| "after a restart".to_owned())?;
+    wconfd.kill()?;
+    let after_kill = wconfd.spawn()?;
+    expect_lock_count(&wconfd, locks).context(|| "after kill -9 and a restart".to_owned())?;
+    wconfd.stop()?;
+    // Only now may the table's owners die (their livelocks are released).
+    drop(table);
+
+    let held = format!(
+        "{} locks / {}",
+        grouped(locks as u64 - 1),
+        counted(sizes.scale_owners, "owner")
+    );
+    let restart = Target::Below(RESTART_SECONDS_MAX);
+    Ok(vec![
+        Measure::new(
+            format!("empty table, {clients} clients"),
+            Unit::PerSecond,
+            small,
+        ),
+        Measure::new(format!("{held}, {clients} clients"), Unit::PerSecond, large),
+        Measure::new(
+            "cost per RPC, ratio large/empty",
+            Unit::Ratio,
+            small / large,
+        )
+        .with_target(Target::AtMost(SCALE_RATIO_MAX)),
+        Measure::new(
+            format!("restart after SIGTERM, {held}"),
+            Unit::Seconds,
+            after_stop.as_secs_f64(),
+        )
+        .with_target(restart),
+        Measure::new(
+            format!("restart after kill -9, {held}"),
+            Unit::Seconds,
+            after_kill.as_secs_f64(),
+        )
+        .with_target(restart),
+        Measure::new(
+            "journal replayed by each restart",
+            Unit::Bytes,
+            journal_bytes as f64,
+        ),
+    ])
+}
+
+/// Creates the owners of the large table and has each take its node locks
+/// exclusively, in pipelined batches; answers the owners, whose livelocks
+/// must stay held for the table to stay.
+fn fill_table(wconfd: &Wconfd, sizes: &Sizes) -> Result<Vec<BenchOwner>> {
+    let owners = (0..sizes.scale_owners)
+        .map(|index| BenchOwner::new(&wconfd.livelock_dir, &format!("table-{index:05}")))
+        .collect::<Result<Vec<_>>>()?;
+    let mut client = wconfd.connect()?;
+    for batch in owners.chunks(sizes.setup_batch) {
+        for owner in batch {
+            let request_entries: Vec<Value> = (0..sizes.scale_locks_per_owner)
+                .map(|slot| json!([format!("node/{}-{slot:02}", owner.name), "exclusive"]))
+                .collect();
+            client.send(&request(
+                "tryUpdateLocks",
+                &json!([owner.wire, request_entries]),
+            ))?;
+        }
+        for owner in batch {
+            expect_granted(client.receive()?)
+                .context(|| format!("the table locks of {}", owner.name))?;
+        }
+    }
+    Ok(owners)
+}
+
+// ---------------------------------------------------------------------------
+// Scenario: death
+
+fn death(bench: &Bench) -> Result<Vec<Measure>> {
+    let mut wconfd = Wconfd::start(bench)?;
+    let waiter = BenchOwner::new(&wconfd.livelock_dir, "waiter")?;
+    let wanted = json!([["node/x", "exclusive"]]);
+    let await_x = request(
+        "awaitLocks",
+        &json!([waiter.wire, 0, wanted, AWAIT_TIMEOUT_MS]),
+    );
+    let release_x = request(
+        "tryUpdateLocks",
+        &json!([waiter.wire, [["node/x", "release"]]]),
+    );
+    let pending = request("hasPendingRequest", &json!([waiter.wire]));
+    let mut control = wconfd.connect()?;
+    let mut waiting = wconfd.connect()?;
+    let mut seconds = Vec::with_capacity(bench.sizes.death_kills);
+    for kill in 0..bench.sizes.death_kills {
+        let name = format!("holder-{kill}");
+        let mut holder = Holder::spawn(&bench.exe, &wconfd.livelock_dir, &name)?;
+        let take_x = request("tryUpdateLocks", &json!([holder.wire, wanted]));
+        control
+            .call_granted(&take_x)
+            .context(|| format!("{name} taking node/x"))?;
+        waiting.send(&await_x)?;
+        // The await is held (not answered) once wconfd has filed it.
+        wait_until(&mut control, &pending, &json!(true))
+            .context(|| "the waiter's awaitLocks to be filed".to_owned())?;
+
+        let killed = Instant::now();
+        holder.kill()?;
+        expect_granted(waiting.receive()?).context(|| {
+            format!(
+                "the waiter's awaitLocks after kill -9 of {name} (within {AWAIT_TIMEOUT_MS} ms)"
+            )
+        })?;
+        seconds.push(killed.elapsed().as_secs_f64());
+
+        holder.reap()?;
+        waiting.call_granted(&release_x)?;
+    }
+    expect_lock_count(&wconfd, 0).context(|| "after the last kill".to_owned())?;
+    wconfd.stop()?;
+    seconds.sort_by(f64::total_cmp);
+    Ok(vec![
+        Measure::new(
+            "p50 kill -9 to grant",
+            Unit::Seconds,
+            percentile(&seconds, 0.50),
+        ),
+        Measure::new(
+            "p99 kill -9 to grant",
+            Unit::Seconds,
+            percentile(&seconds, 0.99),
+        )
+        .with_target(Target::Below(DEATH_P99_SECONDS_MAX)),
+    ])
+}
+
+/// Repeats `frame` until its result is `expected`, for at most
+/// [`REPLY_TIMEOUT`]. Queries change nothing, so each costs no sync.
+fn wait_until(client: &mut Client, frame: &[u8], expected: &Value) -> Result<()> {
+    let deadline = Instant::now() + REPLY_TIMEOUT;
+    loop {
+        let result = result_of(client.call(frame)?)?;
+        if result == *expected {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return fail(format!(
+                "still {result} after {} s, expected {expected}",
+                REPLY_TIMEOUT.as_secs()
+            ));
+        }
+    }
+}
+
+/// The holder process of `death`: another copy of this executable holding
+/// its own livelock. Killed with SIGKILL (and reaped) when dropped.
+struct Holder {
+    child: Child,
+    /// Its owner on the wire, with its pid.
+    wire: Value,
+    reaped: bool,
+}
+
+impl Holder {
+    /// Starts a holder and waits until it holds its livelock.
+    fn spawn(exe: &Path, livelock_dir: &Path, name: &str) -> Result<Holder> {
+        let child = Command::new(exe)
+            .arg("--hold-livelock")
+            .arg(livelock_dir)
+            .arg(name)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .context(|| format!("cannot start {}", exe.display()))?;
+        let mut holder = Holder {
+            wire: owner_wire(name, &livelock_dir.join(name), child.id()),
+            child,
+            reaped: false,
+        };
+        let stdout = holder.child.stdout.take().expect("stdout was piped");
+        let mut line = String::new();
+        // A holder that fails exits, which ends this read.
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .context(|| format!("cannot read from holder {name}"))?;
+        if line.trim() != "ready" {
+            return fail(format!("holder {name} did not get ready (said {line:?})"));
+        }
+        Ok(holder)
+    }
+
+    fn kill(&mut self) -> Result<()> {
+        self.child
+            .kill()
+            .context(|| format!("cannot kill holder {}", self.child.id()))
+    }
+
+    fn reap(&mut self) -> Result<()> {
+        self.child
+            .wait()
+            .context(|| format!("cannot reap holder {}", self.child.id()))?;
+        self.reaped = true;
+        Ok(())
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        if !self.reaped {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// `wconfd-bench --hold-livelock DIR NAME`: takes the livelock `DIR/NAME`,
+/// says "ready" and holds it until killed, or until its stdin closes (the
+/// bench ended), so no holder outlives the bench.
+fn hold_livelock(dir: &Path, name: &str) -> Result<()> {
+    let livelock = Livelock::create(dir, name)
+        .context(|| format!("cannot take the livelock {}", dir.join(name).display()))?;
+    let mut stdout = io::stdout();
+    writeln!(stdout, "ready")
+        .and_then(|()| stdout.flush())
+        .context(|| "cannot say ready".to_owned())?;
+    let _ = io::stdin().read_to_end(&mut Vec::new());
+    drop(livelock);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// wconfd
+
+/// The scratch directory of this bench process; removed when dropped.
+struct Workspace {
+    dir: PathBuf,
+    /// Numbers the run directories.
+    next_run: Cell<u64>,
+}
+
+impl Workspace {
+    fn create(parent: &Path) -> Result<Workspace> {
+        let dir = parent.join(format!("wconfd-bench-{}", std::process::id()));
+        fs::create_dir_all(&dir).context(|| format!("cannot create {}", dir.display()))?;
+        // Livelock paths must be spelled as wconfd spells its root.
+        let dir = dir
+            .canonicalize()
+            .context(|| format!("cannot resolve {}", dir.display()))?;
+        if dir.to_str().is_none() {
+            return fail(format!(
+                "{} is not UTF-8, which owners on the wire need",
+                dir.display()
+            ));
+        }
+        Ok(Workspace {
+            dir,
+            next_run: Cell::new(1),
+        })
+    }
+}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// wconfd on a fresh root of its own. The daemon is killed and the root
+/// removed when this is dropped.
+struct Wconfd {
+    binary: PathBuf,
+    /// Holds the root and wconfd's log.
+    dir: PathBuf,
+    root: PathBuf,
+    socket: PathBuf,
+    livelock_dir: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Wconfd {
+    /// Starts wconfd on a fresh root and waits until it answers.
+    fn start(bench: &Bench) -> Result<Wconfd> {
+        let run = bench
+            .workspace
+            .next_run
+            .replace(bench.workspace.next_run.get() + 1);
+        let dir = bench.workspace.dir.join(format!("run-{run}"));
+        let root = dir.join("root");
+        fs::create_dir_all(&root).context(|| format!("cannot create {}", root.display()))?;
+        let mut wconfd = Wconfd {
+            binary: bench.wconfd.clone(),
+            socket: root.join(SOCKET_PATH),
+            livelock_dir: root.join(LIVELOCK_DIR),
+            log: dir.join("wconfd.log"),
+            root,
+            dir,
+            child: None,
+        };
+        wconfd.spawn()?;
+        Ok(wconfd)
+    }
+
+    /// Starts wconfd on the root and answers the time from the spawn to its
+    /// first `echo` reply.
+    fn spawn(&mut self) -> Result<Duration> {
+        assert!(self.child.is_none(), "one wconfd per root");
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .context(|| format!("cannot open {}", self.log.display()))?;
+        let spawned = Instant::now();
+        let child = Command::new(&self.binary)
+            .arg("--root")
+            .arg(&self.root)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context(|| format!("cannot start {}", self.binary.display()))?;
+        let child = self.child.insert(child);
+        let deadline = spawned + PROCESS_TIMEOUT;
+        let mut client = loop {
+            // Connecting is the readiness signal: wconfd binds only once its
+            // state is loaded and cleaned.
+            match UnixStream::connect(&self.socket) {
+                Ok(stream) => break Client::new(stream)?,
+                Err(error) if Instant::now() > deadline => {
+                    return fail(format!(
+                        "wconfd did not accept within {} s ({error}); log: {}",
+                        PROCESS_TIMEOUT.as_secs(),
+                        self.log.display()
+                    ));
+                }
+                Err(_) => {}
+            }
+            if let Some(status) = child
+                .try_wait()
+                .context(|| "cannot watch wconfd".to_owned())?
+            {
+                self.child = None;
+                return fail(format!(
+                    "wconfd exited at start ({status}):\n{}",
+                    log_tail(&self.log)
+                ));
+            }
+            thread::sleep(POLL_PAUSE);
+        };
+        let echo = result_of(client.call(&request("echo", &json!(["ready?"])))?)?;
+        let elapsed = spawned.elapsed();
+        if echo != json!("ready?") {
+            return fail(format!("wconfd echoed {echo}, not \"ready?\""));
+        }
+        Ok(elapsed)
+    }
+
+    /// SIGTERM, then waits for a clean exit.
+    fn stop(&mut self) -> Result<()> {
+        let child = self.child.as_mut().expect("wconfd is running");
+        warden::sys::send_signal(child.id(), Signal::SIGTERM)
+            .context(|| "cannot send SIGTERM to wconfd".to_owned())?;
+        let deadline = Instant::now() + PROCESS_TIMEOUT;
+        let status = loop {
+            if let Some(status) = child
+                .try_wait()
+                .context(|| "cannot watch wconfd".to_owned())?
+            {
+                break status;
+            }
+            if Instant::now() > deadline {
+                return fail(format!(
+                    "wconfd did not stop within {} s of SIGTERM",
+                    PROCESS_TIMEOUT.as_secs()
+                ));
+            }
+            thread::sleep(POLL_PAUSE);
+        };
+        self.child = None;
+        if !status.success() {
+            return fail(format!(
+                "wconfd stopped with {status}:\n{}",
+                log_tail(&self.log)
+            ));
+        }
+        Ok(())
+    }
+
+    /// kill -9, as a crash: the next start replays the journal.
+    fn kill(&mut self) -> Result<()> {
+        let mut child = self.child.take().expect("wconfd is running");
+        child
+            .kill()
+            .and_then(|()| child.wait())
+            .context(|| "cannot kill wconfd".to_owned())?;
+        Ok(())
+    }
+
+    fn connect(&self) -> Result<Client> {
+        let stream = UnixStream::connect(&self.socket)
+            .context(|| format!("cannot connect to {}", self.socket.display()))?;
+        Client::new(stream)
+    }
+}
+
+impl Drop for Wconfd {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The end of wconfd's log, for an error message.
+fn log_tail(path: &Path) -> String {
+    const LINES: usize = 20;
+    match fs::read_to_string(path) {
+        Ok(text) => {
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(LINES)..].join("\n")
+        }
+        Err(error) => format!("(cannot read {}: {error})", path.display()),
+    }
+}
+
+/// Checks that `listAllLocks` lists exactly `count` locks.
+fn expect_lock_count(wconfd: &Wconfd, count: usize) -> Result<()> {
+    let mut client = wconfd.connect()?;
+    let locks = result_of(client.call(&request("listAllLocks", &json!([])))?)?;
+    match locks.as_array() {
+        Some(locks) if locks.len() == count => Ok(()),
+        Some(locks) => fail(format!(
+            "listAllLocks lists {} locks, expected {count}",
+            locks.len()
+        )),
+        None => fail(format!("listAllLocks answered {locks}, not a list")),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Client side of the protocol
+
+/// One connection to wconfd; requests are answered in order.
+struct Client {
+    stream: BufReader<UnixStream>,
+    reply: Vec<u8>,
+}
+
+impl Client {
+    fn new(stream: UnixStream) -> Result<Client> {
+        stream
+            .set_read_timeout(Some(REPLY_TIMEOUT))
+            .context(|| "cannot set a reply timeout".to_owned())?;
+        Ok(Client {
+            stream: BufReader::new(stream),
+            reply: Vec::new(),
+        })
+    }
+
+    fn send(&mut self, frame: &[u8]) -> Result<()> {
+        self.stream
+            .get_mut()
+            .write_all(frame)
+            .context(|| "cannot send to wconfd".to_owned())
+    }
+
+    /// The next reply, without its ETX.
+    fn receive(&mut self) -> Result<&[u8]> {
+        self.reply.clear();
+        self.stream
+            .read_until(ETX, &mut self.reply)
+            .context(|| "no reply from wconfd".to_owned())?;
+        if self.reply.pop() != Some(ETX) {
+            return fail("wconfd closed the connection".to_owned());
+        }
+        Ok(&self.reply)
+    }
+
+    fn call(&mut self, frame: &[u8]) -> Result<&[u8]> {
+        self.send(frame)?;
+        self.receive()
+    }
+
+    /// Sends a lock update and checks that it was granted.
+    fn call_granted(&mut self, frame: &[u8]) -> Result<()> {
+        expect_granted(self.call(frame)?)
+    }
+}
+
+/// A request frame as Ganeti's client sends it: JSON, a newline, ETX.
+fn request(method: &str, args: &Value) -> Vec<u8> {
+    let mut frame = serde_json::to_vec(&json!({"method": method, "args": args}))
+        .expect("a JSON value always serializes");
+    frame.push(b'\n');
+    frame.push(ETX);
+    frame
+}
+
+/// The result of a successful reply; an error reply is an error.
+fn result_of(reply: &[u8]) -> Result<Value> {
+    let text = || String::from_utf8_lossy(reply).into_owned();
+    let mut response: Value = serde_json::from_slice(reply)
+        .context(|| format!("wconfd's reply is not JSON: {}", text()))?;
+    let success = response.get("success").and_then(Value::as_bool);
+    match (success, response.get_mut("result")) {
+        (Some(true), Some(result)) => Ok(result.take()),
+        (Some(false), Some(error)) => fail(format!("wconfd answered {error}")),
+        _ => fail(format!("wconfd's reply is not a response: {}", text())),
+    }
+}
+
+/// Checks that a lock update answered `[]` (granted, nobody blocks it).
+fn expect_granted(reply: &[u8]) -> Result<()> {
+    // wconfd's exact bytes for `[]`: the lock loop checks every reply
+    // without parsing it, so the bench's own CPU stays off the figures.
+    // Anything else is parsed, so another spelling of `[]` still passes.
+    const GRANTED: &[u8] = br#"{"success":true,"result":[]}"#;
+    if reply == GRANTED {
+        return Ok(());
+    }
+    match result_of(reply)? {
+        Value::Array(blockers) if blockers.is_empty() => Ok(()),
+        other => fail(format!("expected [] (granted), got {other}")),
+    }
+}
+
+/// A lock owner the bench acts as, its livelock held by this process.
+struct BenchOwner {
+    name: String,
+    wire: Value,
+    _livelock: Livelock,
+}
+
+impl BenchOwner {
+    fn new(livelock_dir: &Path, name: &str) -> Result<BenchOwner> {
+        let livelock = Livelock::create(livelock_dir, name)
+            .context(|| format!("cannot take the livelock {name}"))?;
+        Ok(BenchOwner {
+            name: name.to_owned(),
+            wire: owner_wire(name, livelock.path(), std::process::id()),
+            _livelock: livelock,
+        })
+    }
+}
+
+/// An owner on the wire: `[ident, livelock, pid]`. The workspace path was
+/// checked to be UTF-8, so the lossy conversion is exact.
+fn owner_wire(name: &str, livelock: &Path, pid: u32) -> Value {
+    json!([name, livelock.to_string_lossy(), pid])
+}
+
+// ---------------------------------------------------------------------------
+// Errors
+
+/// Why the bench stopped: wconfd misbehaved or the OS refused something.
+#[derive(Debug)]
+struct Error(String);
+
+type Result<T> = std::result::Result<T, Error>;
+
+impl Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn fail<T>(message: String) -> Result<T> {
+    Err(Error(message))
+}
+
+/// Says what was being done when an error happened.
+trait Context<T> {
+    fn context(self, what: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T, E: Display> Context<T> for std::result::Result<T, E> {
+    fn context(self, what: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|error| Error(format!("{}: {error}", what())))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Measures, runs and reports (as in lock-bench)
+
+/// One figure of one run.
+struct Measure {
+    label: String,
+    unit: Unit,
+    target: Option<Target>,
+    value: f64,
+}
+
+impl Measure {
+    fn new(label: impl Into<String>, unit: Unit, value: f64) -> Measure {
+        Measure {
+            label: label.into(),
+            unit,
+            target: None,
+            value,
+        }
+    }
+
+    fn with_target(self, target: Target) -> Measure {
+        Measure {
+            target: Some(target),
+            ..self
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Unit {
+    PerSecond,
+    Seconds,
+    Ratio,
+    Bytes,
+}
+
+impl Unit {
+    fn format(self, value: f64) -> String {
+        match self {
+            Unit::PerSecond => format!("{}/s", grouped(value.round() as u64)),
+            Unit::Seconds if value.abs() < 1e-3 => format!("{:.1} us", value * 1e6),
+            Unit::Seconds if value.abs() < 1.0 => format!("{:.2} ms", value * 1e3),
+            Unit::Seconds => format!("{value:.2} s"),
+            Unit::Ratio => format!("{value:.2}x"),
+            Unit::Bytes => format!("{:.1} MiB", value / (1024.0 * 1024.0)),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Target {
+    AtLeast(f64),
+    AtMost(f64),
+    Below(f64),
+}
+
+impl Target {
+    fn is_met(self, value: f64) -> bool {
+        match self {
+            Target::AtLeast(bound) => value >= bound,
+            Target::AtMost(bound) => value <= bound,
+            Target::Below(bound) => value < bound,
+        }
+    }
+
+    fn format(self, unit: Unit) -> String {
+        match self {
+            Target::AtLeast(bound) => format!(">= {}", unit.format(bound)),
+            Target::AtMost(bound) => format!("<= {}", unit.format(bound)),
+            Target::Below(bound) => format!("< {}", unit.format(bound)),
+        }
+    }
+}
+
+/// Every run of one figure.
+struct Series {
+    label: String,
+    unit: Unit,
+    target: Option<Target>,
+    values: Vec<f64>,
+}
+
+impl Series {
+    fn median(&self) -> f64 {
+        let mut sorted = self.values.clone();
+        sorted.sort_by(f64::total_cmp);
+        let middle = sorted.len() / 2;
+        if sorted.len() % 2 == 1 {
+            sorted[middle]
+        } else {
+            (sorted[middle - 1] + sorted[middle]) / 2.0
+        }
+    }
+}
+
+struct Report {
+    scenario: Scenario,
+    series: Vec<Series>,
+}
+
+/// Runs one scenario `runs` times and prints every run and the median of
+/// each figure.
+fn run_scenario(scenario: Scenario, bench: &Bench) -> Result<Report> {
+    let runs = bench.runs;
+    println!(
+        "\n== {}: {}",
+        scenario.name(),
+        describe(scenario, bench.sizes)
+    );
+    let mut series: Vec<Series> = Vec::new();
+    for run in 1..=runs {
+        let started = Instant::now();
+        let measures = scenario
+            .run(bench)
+            .map_err(|error| Error(format!("{} run {run}: {error}", scenario.name())))?;
+        // Progress on stderr keeps stdout a clean record to paste.
+        eprintln!(
+            "   {} run {run}/{runs} took {:.1} s",
+            scenario.name(),
+            started.elapsed().as_secs_f64()
+        );
+        if series.is_empty() {
+            series = measures
+                .iter()
+                .map(|measure| Series {
+                    label: measure.label.clone(),
+                    unit: measure.unit,
+                    target: measure.target,
+                    values: Vec::new(),
+                })
+                .collect();
+        }
+        assert_eq!(series.len(), measures.len(), "every run measures the same");
+        for (series, measure) in series.iter_mut().zip(measures) {
+            assert_eq!(series.label, measure.label, "every run measures the same");
+            series.values.push(measure.value);
+        }
+    }
+    print_runs(&series, runs);
+    Ok(Report { scenario, series })
+}
+
+fn describe(scenario: Scenario, sizes: &Sizes) -> String {
+    let window = format!(
+        "{} warm-up, then {} measured",
+        Unit::Seconds.format(sizes.warmup.as_secs_f64()),
+        Unit::Seconds.format(sizes.window.as_secs_f64())
+    );
+    match scenario {
+        Scenario::Throughput => format!(
+            "N clients (thread + connection + owner each) loop tryUpdateLocks \
+             [cluster/BGL shared, node/<own> exclusive] then [both release];\n   \
+             every reply checked; lock RPCs/s over {window}; N = {}",
+            sizes.throughput_clients.map(|n| n.to_string()).join(", ")
+        ),
+        Scenario::Latency => format!(
+            "one client, round trips of the same acquire/release (at most {} or {});\n   \
+             fsync = median of {FSYNC_RECORD_BYTES} B append + fdatasync in the root's \
+             file system (at most {} or {})",
+            grouped(sizes.latency_rtts_max as u64),
+            Unit::Seconds.format(sizes.latency_time_max.as_secs_f64()),
+            grouped(sizes.fsyncs_max as u64),
+            Unit::Seconds.format(sizes.fsync_time_max.as_secs_f64()),
+        ),
+        Scenario::Scale => format!(
+            "the {}-client loop ({window}) on an empty table, then with {} owners \
+             holding {} node locks each\n   (set up with pipelined tryUpdateLocks, \
+             {} per batch); then restarts with that table: spawn to first echo \
+             reply,\n   after SIGTERM and after kill -9 (journal replay); \
+             listAllLocks checked after each step",
+            sizes.scale_clients,
+            grouped(sizes.scale_owners as u64),
+            sizes.scale_locks_per_owner,
+            sizes.setup_batch,
+        ),
+        Scenario::Death => format!(
+            "a holder process (its own livelock) holds node/x, a waiter blocks in \
+             awaitLocks (timeout {AWAIT_TIMEOUT_MS} ms);\n   time from kill -9 of the \
+             holder to the waiter's [] reply; {} kills per run",
+            sizes.death_kills
+        ),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+/// The nearest-rank percentile of sorted samples (`fraction` in 0..=1).
+fn percentile(sorted: &[f64], fraction: f64) -> f64 {
+    assert!(!sorted.is_empty(), "every measurement takes samples");
+    let rank = (fraction * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// 1 -> "1 run", 1000 -> "1,000 runs".
+fn counted(count: usize, noun: &str) -> String {
+    let plural = if count == 1 { "" } else { "s" };
+    format!("{} {noun}{plural}", grouped(count as u64))
+}
+
+/// 1234567 -> "1,234,567".
+fn grouped(value: u64) -> String {
+    let digits = value.to_string();
+    let mut out = String::new();
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Output
+
+/// What a figure needs beside it to mean something later: the machine, the
+/// code, the binaries, the file system under the roots and the load.
+fn print_context(bench: &Bench) -> Result<()> {
+    let cpus = thread::available_parallelism().map_or(0, |cpus| cpus.get());
+    let model = fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|line| line.starts_with("model name"))
+                .and_then(|line| line.split_once(':'))
+                .map(|(_, model)| model.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".to_owned());
+    let load = fs::read_to_string("/proc/loadavg")
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|_| "unknown".to_owned());
+    let build = if cfg!(debug_assertions) {
+        "debug (figures meaningless: use --release)"
+    } else {
+        "release"
+    };
+    let sizes = bench.sizes;
+    let fsync = fsync_cost(&bench.workspace.dir, sizes.fsyncs_max, sizes.fsync_time_max)?;
+    println!("wconfd-bench: the real wconfd over its socket, one fresh root per run");
+    println!("command : {}", bench.command_line);
+    println!("machine : {cpus} cpus, {model}");
+    println!("load    : {load} (1, 5, 15 min averages at start)");
+    println!("commit  : {}", git_commit());
+    println!("build   : {build}");
+    println!(
+        "wconfd  : {} (built {})",
+        bench.wconfd.display(),
+        age(&bench.wconfd)
+    );
+    println!(
+        "roots   : {} ({})",
+        bench.workspace.dir.display(),
+        file_system(&bench.workspace.dir)
+    );
+    println!(
+        "fsync   : {} median ({FSYNC_RECORD_BYTES} B append + fdatasync there, at start)",
+        Unit::Seconds.format(fsync)
+    );
+    println!(
+        "mode    : {}, {} per scenario",
+        if bench.quick { "quick" } else { "full" },
+        counted(bench.runs, "run")
+    );
+    Ok(())
+}
+
+/// The short commit, marked when the tree has changes the commit lacks.
+fn git_commit() -> String {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .ok()
+            .filter(|output| output.status.success())
+            .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    };
+    match git(&["rev-parse", "--short", "HEAD"]) {
+        None => "unknown (no git)".to_owned(),
+        Some(commit) => match git(&["status", "--porcelain", "--untracked-files=no"]) {
+            Some(changes) if changes.is_empty() => commit,
+            _ => format!("{commit} + uncommitted changes"),
+        },
+    }
+}
+
+/// How long ago a file was modified: a stale wconfd shows up here.
+fn age(path: &Path) -> String {
+    let modified = fs::metadata(path).and_then(|metadata| metadata.modified());
+    match modified.map(|modified| SystemTime::now().duration_since(modified)) {
+        Ok(Ok(age)) if age.as_secs() < 120 => format!("{} s ago", age.as_secs()),
+        Ok(Ok(age)) if age.as_secs() < 2 * 3600 => format!("{} min ago", age.as_secs() / 60),
+        Ok(Ok(age)) => format!("{} h ago", age.as_secs() / 3600),
+        _ => "at an unknown time".to_owned(),
+    }
+}
+
+/// The type and device of the file system holding `path` (its longest
+/// mount point in /proc/self/mounts): it decides what a sync costs.
+fn file_system(path: &Path) -> String {
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    mounts
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (device, point, kind) = (fields.next()?, fields.next()?, fields.next()?);
+            path.starts_with(point)
+                .then(|| (point.len(), format!("{kind} on {device}")))
+        })
+        .max_by_key(|(length, _)| *length)
+        .map_or_else(|| "unknown file system".to_owned(), |(_, text)| text)
+}
+
+fn print_runs(series: &[Series], runs: usize) {
+    let label_width = series.iter().map(|s| s.label.len()).max().unwrap_or(0);
+    let mut header = format!("   {:label_width$}", "");
+    for run in 1..=runs {
+        let _ = write!(header, " {:>12}", format!("run {run}"));
+    }
+    println!("{header} {:>12}", "MEDIAN");
+    for series in series {
+        let mut line = format!("   {:label_width$}", series.label);
+        for value in &series.values {
+            let _ = write!(line, " {:>12}", series.unit.format(*value));
+        }
+        println!("{line} {:>12}", series.unit.format(series.median()));
+    }
+}
+
+fn print_summary(reports: &[Report], options: &Options) {
+    println!("\n== summary: medians of {}", counted(options.runs, "run"));
+    let rows: Vec<[String; 5]> = reports
+        .iter()
+        .flat_map(|report| {
+            report.series.iter().map(|series| {
+                let median = series.median();
+                let (target, verdict) = match series.target {
+                    None => (String::new(), String::new()),
+                    Some(target) => (
+                        target.format(series.unit),
+                        match (options.quick, target.is_met(median)) {
+                            (true, _) => "n/a (quick)".to_owned(),
+                            (false, true) => "met".to_owned(),
+                            (false, false) => "MISSED".to_owned(),
+                        },
+                    ),
+                };
+                [
+                    report.scenario.name().to_owned(),
+                    series.label.clone(),
+                    series.unit.format(median),
+                    target,
+                    verdict,
+                ]
+            })
+        })
+        .collect();
+    let header = ["scenario", "figure", "median", "target", "verdict"].map(str::to_owned);
+    let widths: Vec<usize> = (0..header.len())
+        .map(|column| {
+            std::iter::once(&header)
+                .chain(&rows)
+                .map(|row| row[column].len())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in std::iter::once(&header).chain(&rows) {
+        let line = format!(
+            "   {:<w0$}  {:<w1$}  {:>w2$}  {:<w3$}  {}",
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            row[4],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+            w3 = widths[3],
+        );
+        println!("{}", line.trim_end());
+    }
+}
