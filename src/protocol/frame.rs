@@ -29,10 +29,15 @@ impl std::fmt::Display for FrameError {
 impl std::error::Error for FrameError {}
 
 /// Bytes received on one connection, cut into frames.
+///
+/// The buffer is initialised once as it grows and then reused: bytes
+/// `start..end` are received and not yet framed, `scanned` of them are
+/// known to hold no ETX.
 #[derive(Debug)]
 pub struct FrameReader {
-    buffer: Vec<u8>,
-    /// Bytes of `buffer` already searched for ETX (none of them is one).
+    data: Vec<u8>,
+    start: usize,
+    end: usize,
     scanned: usize,
     limit_bytes: usize,
 }
@@ -40,7 +45,9 @@ pub struct FrameReader {
 impl FrameReader {
     pub fn new(limit_bytes: usize) -> FrameReader {
         FrameReader {
-            buffer: Vec::new(),
+            data: Vec::new(),
+            start: 0,
+            end: 0,
             scanned: 0,
             limit_bytes,
         }
@@ -49,38 +56,53 @@ impl FrameReader {
     /// Space to read into: at most up to the limit plus the ETX, so a
     /// client can never make the buffer grow past the limit.
     pub fn spare(&mut self, chunk_bytes: usize) -> Option<&mut [u8]> {
-        let room = (self.limit_bytes + 1).saturating_sub(self.buffer.len());
+        let buffered = self.end - self.start;
+        let room = (self.limit_bytes + 1).saturating_sub(buffered);
         if room == 0 {
             return None;
         }
-        let start = self.buffer.len();
-        self.buffer.resize(start + room.min(chunk_bytes), 0);
-        Some(&mut self.buffer[start..])
+        if self.start > 0 && self.end + room.min(chunk_bytes) > self.data.len() {
+            self.data.copy_within(self.start..self.end, 0);
+            self.end = buffered;
+            self.start = 0;
+        }
+        let wanted = self.end + room.min(chunk_bytes);
+        if self.data.len() < wanted {
+            self.data.resize(wanted, 0);
+        }
+        let available = (self.data.len() - self.end).min(room);
+        Some(&mut self.data[self.end..self.end + available])
     }
 
     /// Keeps `filled` bytes of the space handed out by `spare`.
     pub fn commit(&mut self, spare_bytes: usize, filled: usize) {
         debug_assert!(filled <= spare_bytes);
-        self.buffer
-            .truncate(self.buffer.len() - spare_bytes + filled);
+        self.end += filled;
     }
 
     /// Appends bytes (for tests and in-memory peers).
     pub fn push(&mut self, bytes: &[u8]) {
-        self.buffer.extend_from_slice(bytes);
+        self.data.truncate(self.end);
+        self.data.extend_from_slice(bytes);
+        self.end = self.data.len();
     }
 
     /// The next complete frame (without its ETX), if one has arrived.
     pub fn next_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
-        let found = self.buffer[self.scanned..]
+        let from = self.start + self.scanned;
+        let found = self.data[from..self.end]
             .iter()
             .position(|byte| *byte == ETX)
-            .map(|offset| self.scanned + offset);
+            .map(|offset| from + offset);
         match found {
-            Some(end) => {
-                let mut frame: Vec<u8> = self.buffer.drain(..=end).collect();
-                frame.pop();
+            Some(etx) => {
+                let frame = self.data[self.start..etx].to_vec();
+                self.start = etx + 1;
                 self.scanned = 0;
+                if self.start == self.end {
+                    self.start = 0;
+                    self.end = 0;
+                }
                 if frame.len() > self.limit_bytes {
                     return Err(FrameError::TooLong {
                         limit_bytes: self.limit_bytes,
@@ -89,8 +111,8 @@ impl FrameReader {
                 Ok(Some(frame))
             }
             None => {
-                self.scanned = self.buffer.len();
-                if self.buffer.len() > self.limit_bytes {
+                self.scanned = self.end - self.start;
+                if self.scanned > self.limit_bytes {
                     return Err(FrameError::TooLong {
                         limit_bytes: self.limit_bytes,
                     });
@@ -102,7 +124,7 @@ impl FrameReader {
 
     /// Bytes received but not yet part of a complete frame.
     pub fn buffered_bytes(&self) -> usize {
-        self.buffer.len()
+        self.end - self.start
     }
 }
 

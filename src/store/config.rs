@@ -13,6 +13,16 @@ use super::{StoreError, atomic_write};
 
 pub const CONFIG_FILE: &str = "config.data";
 
+/// Why a configuration was not written.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigWriteError {
+    /// It would not load again: refused, nothing written.
+    #[error("invalid configuration: {}", .0.join("; "))]
+    Invalid(Vec<String>),
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
 pub struct ConfigStore {
     path: PathBuf,
     config: Value,
@@ -56,13 +66,13 @@ impl ConfigStore {
     /// Replaces the configuration if `new` differs from it in anything but
     /// `serial_no` and `mtime`: the serial goes up by one, `mtime` becomes
     /// now, and the file is replaced atomically and durably. Answers
-    /// whether it changed. `new` must be an object (the decoder checks).
-    pub fn write(&mut self, new: Value, now_secs: f64) -> io::Result<bool> {
+    /// whether it changed. A configuration that `verify` rejects is
+    /// refused: written, it would stop the next start-up.
+    pub fn write(&mut self, new: Value, now_secs: f64) -> Result<bool, ConfigWriteError> {
         let Value::Object(mut fields) = new else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "a configuration is a JSON object",
-            ));
+            return Err(ConfigWriteError::Invalid(vec![
+                "the configuration is not a JSON object".to_owned(),
+            ]));
         };
         if content(&fields) == content(self.fields()) {
             return Ok(false);
@@ -71,6 +81,10 @@ impl ConfigStore {
         fields.insert("serial_no".to_owned(), json!(serial));
         fields.insert("mtime".to_owned(), json!(now_secs));
         let config = Value::Object(fields);
+        let problems = verify(&config);
+        if !problems.is_empty() {
+            return Err(ConfigWriteError::Invalid(problems));
+        }
         let bytes = serde_json::to_vec(&config).expect("JSON to a Vec cannot fail");
         atomic_write(&self.path, &bytes)?;
         self.config = config;
@@ -173,7 +187,14 @@ mod tests {
         assert!(store.write(new.clone(), 11.0).expect("write"));
         assert_eq!(store.serial_no(), 2);
         assert_eq!(store.config()["mtime"], json!(11.0));
-        assert!(!store.write(new, 12.0).expect("same content"));
+        assert!(!store.write(new.clone(), 12.0).expect("same content"));
+        assert_eq!(store.serial_no(), 2);
+        new["nodes"] = json!([]);
+        let refused = store.write(new, 13.0).expect_err("invalid");
+        assert!(
+            refused.to_string().contains("nodes is not an object"),
+            "{refused}"
+        );
         assert_eq!(store.serial_no(), 2);
         let reopened = ConfigStore::open(dir.path(), 13.0).expect("reopen");
         assert_eq!(reopened.config()["cluster"], json!({"name": "c1"}));

@@ -163,15 +163,29 @@ impl LockStore {
     /// A failure leaves the state in memory ahead of the disk; the caller
     /// must not reveal it (and must not retry as if it had worked).
     pub fn commit(&mut self) -> io::Result<()> {
+        self.write()?;
+        self.journal.sync_data()
+    }
+
+    /// Writes the records of this turn to the journal without waiting for
+    /// the disk; answers whether there were any. They are durable once a
+    /// `sync_data` of the journal (for example through `sync_handle`) that
+    /// started after this write has returned.
+    pub fn write(&mut self) -> io::Result<bool> {
         if self.unwritten.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         self.journal
             .write_all_at(&self.unwritten, self.journal_bytes)?;
-        self.journal.sync_data()?;
         self.journal_bytes += self.unwritten.len() as u64;
         self.unwritten.clear();
-        Ok(())
+        Ok(true)
+    }
+
+    /// Another handle on the journal file, for syncing it on another
+    /// thread while the event loop goes on.
+    pub fn sync_handle(&self) -> io::Result<File> {
+        self.journal.try_clone()
     }
 
     pub fn journal_bytes(&self) -> u64 {

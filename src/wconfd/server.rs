@@ -8,17 +8,17 @@
 //! released and SIGHUPs sent: nothing a client sees is ahead of the disk.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use mio::net::{UnixListener, UnixStream};
 use mio::unix::SourceFd;
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Interest, Poll, Token, Waker};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR2};
@@ -33,13 +33,14 @@ use crate::protocol::wconfd::{
 };
 use crate::protocol::{FrameReader, WireError, encode_failure, encode_success, parse_request};
 use crate::settings::Settings;
-use crate::store::config::{ConfigStore, verify};
+use crate::store::config::{ConfigStore, ConfigWriteError, verify};
 use crate::store::lock_state::LockStore;
 use crate::sys::{self, PeerCredentials};
 
 const LISTENER: Token = Token(0);
 const SIGNALS: Token = Token(1);
-const FIRST_DYNAMIC_TOKEN: usize = 2;
+const SYNC_DONE: Token = Token(2);
+const FIRST_DYNAMIC_TOKEN: usize = 3;
 
 /// Bytes read from a socket at a time.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
@@ -67,6 +68,8 @@ struct Connection {
     held: Option<Arc<Owner>>,
     /// Close once the output is written (frame error or peer gone).
     closing: bool,
+    /// Turns holding replies for this connection, not yet revealed.
+    unrevealed_turns: usize,
     writable_registered: bool,
 }
 
@@ -80,6 +83,44 @@ struct PidWatch {
     fd: OwnedFd,
     token: Token,
     owners: HashSet<Arc<Owner>>,
+}
+
+/// What one turn revealed, held until the journal sync covering it
+/// returns.
+struct Reveal {
+    /// The turn's records are durable once `synced_epoch` reaches this.
+    epoch: u64,
+    replies: Vec<(Token, Vec<u8>)>,
+    sighups: Vec<Arc<Owner>>,
+}
+
+/// The thread that syncs the journal, so the event loop never waits for
+/// the disk. It answers each request (the epoch written before it) after
+/// `sync_data` returns, and wakes the loop.
+struct Syncer {
+    requests: mpsc::Sender<u64>,
+    done: mpsc::Receiver<(u64, io::Result<()>)>,
+}
+
+impl Syncer {
+    fn spawn(journal: File, waker: Arc<Waker>) -> io::Result<Syncer> {
+        let (requests, pending) = mpsc::channel::<u64>();
+        let (finished, done) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("journal-sync".to_owned())
+            .spawn(move || {
+                for epoch in pending {
+                    let result = journal.sync_data();
+                    if finished.send((epoch, result)).is_err() {
+                        return;
+                    }
+                    if let Err(error) = waker.wake() {
+                        tracing::error!(%error, "cannot wake the event loop");
+                    }
+                }
+            })?;
+        Ok(Syncer { requests, done })
+    }
 }
 
 /// What a request answers now, or later (a held `awaitLocks`).
@@ -116,6 +157,13 @@ pub struct Server {
     ready: Vec<Token>,
     /// Owners to probe at once (their process was seen to exit).
     suspects: Vec<Arc<Owner>>,
+    syncer: Syncer,
+    /// Turns written to the journal, and turns known durable.
+    written_epoch: u64,
+    synced_epoch: u64,
+    /// When the running sync started, if one runs.
+    sync_in_flight: Option<Instant>,
+    unrevealed: VecDeque<Reveal>,
     // What the current turn did, settled in `finish_turn`.
     turn_granted: Vec<Arc<Owner>>,
     turn_owners: Vec<Arc<Owner>>,
@@ -148,6 +196,17 @@ impl Server {
             await_timeout_ms_max: AWAIT_TIMEOUT_MS_MAX,
         };
         let next_death_check = Instant::now() + settings.wconfd.death_check_interval();
+        let waker = Arc::new(
+            Waker::new(poll.registry(), SYNC_DONE)
+                .map_err(io_error("cannot create", Path::new("a waker")))?,
+        );
+        let journal = store
+            .sync_handle()
+            .map_err(io_error("cannot open", store.journal_path()))?;
+        let syncer = Syncer::spawn(journal, waker).map_err(io_error(
+            "cannot start the sync thread for",
+            store.journal_path(),
+        ))?;
         Ok(Server {
             poll,
             listener: None,
@@ -173,6 +232,11 @@ impl Server {
             next_death_check,
             ready: Vec::new(),
             suspects: Vec::new(),
+            syncer,
+            written_epoch: 0,
+            synced_epoch: 0,
+            sync_in_flight: None,
+            unrevealed: VecDeque::new(),
             turn_granted: Vec::new(),
             turn_owners: Vec::new(),
             turn_connections: Vec::new(),
@@ -191,6 +255,7 @@ impl Server {
         }
         self.remove_stale_livelocks();
         self.finish_turn()?;
+        self.drain()?;
         for owner in self.manager.owners() {
             self.watch(&owner);
         }
@@ -210,7 +275,12 @@ impl Server {
                 fs::remove_file(path).map_err(io_error("cannot remove the stale socket", path))?;
             }
         }
-        let mut listener = UnixListener::bind(path).map_err(io_error("cannot bind", path))?;
+        // Created 0660 (the umask decides a new socket's mode), so it is
+        // never reachable with a wider mode, not even for an instant.
+        let umask = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o117));
+        let bound = UnixListener::bind(path);
+        nix::sys::stat::umask(umask);
+        let mut listener = bound.map_err(io_error("cannot bind", path))?;
         restrict_socket(path)?;
         self.poll
             .registry()
@@ -236,6 +306,7 @@ impl Server {
                 match event.token() {
                     LISTENER => self.accept(),
                     SIGNALS => self.handle_signals(),
+                    SYNC_DONE => self.sync_done()?,
                     token if self.pid_tokens.contains_key(&token) => self.process_exited(token),
                     token => {
                         if event.is_readable() || event.is_read_closed() {
@@ -262,6 +333,7 @@ impl Server {
             }
             self.finish_turn()?;
         }
+        self.drain()?;
         if let Some(path) = &self.socket_path {
             let _ = fs::remove_file(path);
         }
@@ -351,6 +423,7 @@ impl Server {
                     output: Vec::new(),
                     held: None,
                     closing: false,
+                    unrevealed_turns: 0,
                     writable_registered: false,
                 },
             );
@@ -393,7 +466,16 @@ impl Server {
                         full = false;
                         break;
                     }
-                    Ok(read) => connection.reader.commit(spare_bytes, read),
+                    Ok(read) => {
+                        connection.reader.commit(spare_bytes, read);
+                        if read < spare_bytes {
+                            // Drained: a short read took all there was, and
+                            // epoll reports every later arrival, so the
+                            // read that would only say EAGAIN is skipped.
+                            full = false;
+                            break;
+                        }
+                    }
                     Err(error) => {
                         connection.reader.commit(spare_bytes, 0);
                         match error.kind() {
@@ -427,13 +509,16 @@ impl Server {
         let Some(connection) = self.connections.get_mut(&token) else {
             return;
         };
-        if connection.held.is_some()
-            || (connection.staged.is_empty() && connection.output.is_empty())
-        {
-            self.close(token);
-            return;
-        }
         connection.closing = true;
+        if let Some(owner) = connection.held.take()
+            && self
+                .awaits
+                .get(&owner)
+                .is_some_and(|waiting| waiting.token == token)
+        {
+            self.awaits.remove(&owner);
+        }
+        // Closed by `flush` once every reply of its requests is written.
         self.turn_connections.push(token);
     }
 
@@ -523,7 +608,7 @@ impl Server {
             connection.writable_registered = want_writable;
         }
         if connection.output.is_empty() {
-            if connection.closing {
+            if connection.closing && connection.unrevealed_turns == 0 {
                 self.close(token);
             } else if written > 0 && connection.reader.buffered_bytes() > 0 {
                 // Answering paused while output was backed up.
@@ -601,11 +686,7 @@ impl Server {
                 if problems.is_empty() {
                     Ok(json!([]))
                 } else {
-                    // Ganeti's shape: its ConfigWriter reads args[1] as the list.
-                    Err(WireError {
-                        class: "ConfigVerifyError",
-                        args: vec![json!("Validation failed"), json!(problems)],
-                    })
+                    Err(config_verify_error(problems))
                 }
             }
             R::FlushConfig => Ok(json!([])), // config.data is durable at every write
@@ -744,7 +825,8 @@ impl Server {
                 }
                 Ok(())
             }
-            Err(error) => {
+            Err(ConfigWriteError::Invalid(problems)) => Err(config_verify_error(problems)),
+            Err(ConfigWriteError::Io(error)) => {
                 tracing::error!(%error, "cannot write config.data");
                 Err(WireError::generic(format!(
                     "cannot write {}: {error}",
@@ -877,6 +959,7 @@ impl Server {
         let owners = self.manager.owners();
         self.free_dead(&owners);
         self.remove_stale_livelocks();
+        self.prune_watches();
     }
 
     fn remove_stale_livelocks(&mut self) {
@@ -935,13 +1018,18 @@ impl Server {
         );
     }
 
-    fn unwatch(&mut self, owner: &Owner) {
-        let Some(watch) = self.pid_watches.get_mut(&owner.pid) else {
-            return;
-        };
-        watch.owners.remove(owner);
-        if watch.owners.is_empty() {
-            let watch = self.pid_watches.remove(&owner.pid).expect("just looked up");
+    /// Forgets watched owners that went away, and the watches left empty.
+    fn prune_watches(&mut self) {
+        let manager = &self.manager;
+        let mut empty = Vec::new();
+        for (pid, watch) in &mut self.pid_watches {
+            watch.owners.retain(|owner| manager.has_owner(owner));
+            if watch.owners.is_empty() {
+                empty.push(*pid);
+            }
+        }
+        for pid in empty {
+            let watch = self.pid_watches.remove(&pid).expect("just listed");
             self.drop_watch(watch);
         }
     }
@@ -970,20 +1058,23 @@ impl Server {
 
     // ----- end of turn -----
 
-    /// Makes the turn durable, then reveals it: grants (held awaits and
-    /// SIGHUPs), replies, watches; a snapshot if the journal is long.
+    /// Ends a turn: writes its journal records (the sync thread makes them
+    /// durable), settles its grants and watches, and queues what it
+    /// reveals (replies, released awaits, SIGHUPs) until the sync covering
+    /// it has returned. While one sync runs, later turns are written and
+    /// wait for the next: requests arriving during a sync share the next
+    /// one (group commit without stopping the loop).
     fn finish_turn(&mut self) -> Result<(), DaemonError> {
-        self.store.commit().map_err(DaemonError::Journal)?;
+        if self.store.write().map_err(DaemonError::Journal)? {
+            self.written_epoch += 1;
+        }
         let now = Instant::now();
+        let mut sighups = Vec::new();
         for owner in std::mem::take(&mut self.turn_granted) {
             self.waiting_since.remove(&owner);
             match self.awaits.remove(&owner) {
                 Some(waiting) => self.release_await(waiting.token, &owner, Ok(json!([]))),
-                None => {
-                    if let Err(error) = sys::send_signal(owner.pid, Signal::SIGHUP) {
-                        tracing::debug!(%owner, %error, "cannot notify the owner");
-                    }
-                }
+                None => sighups.push(owner),
             }
         }
         for owner in std::mem::take(&mut self.turn_owners) {
@@ -1002,23 +1093,38 @@ impl Server {
                     );
                 }
             }
+            // Watches of owners that went away are dropped lazily (when
+            // the process exits or at the periodic check): an owner that
+            // comes and goes per request costs no pidfd churn.
             if self.manager.has_owner(&owner) {
                 self.watch(&owner);
-            } else {
-                self.unwatch(&owner);
             }
         }
         let mut tokens = std::mem::take(&mut self.turn_connections);
         tokens.sort_unstable();
         tokens.dedup();
-        for token in tokens {
-            if let Some(connection) = self.connections.get_mut(&token) {
-                let staged = std::mem::take(&mut connection.staged);
-                connection.output.extend_from_slice(&staged);
-                self.flush(token);
-            }
+        let replies: Vec<(Token, Vec<u8>)> = tokens
+            .into_iter()
+            .filter_map(|token| {
+                let connection = self.connections.get_mut(&token)?;
+                connection.unrevealed_turns += 1;
+                Some((token, std::mem::take(&mut connection.staged)))
+            })
+            .collect();
+        let reveal = Reveal {
+            epoch: self.written_epoch,
+            replies,
+            sighups,
+        };
+        if reveal.epoch <= self.synced_epoch {
+            self.reveal(reveal);
+        } else {
+            self.unrevealed.push_back(reveal);
         }
-        if self.store.journal_bytes() > self.settings.wconfd.snapshot_journal_bytes_max {
+        self.start_sync();
+        if self.written_epoch == self.synced_epoch
+            && self.store.journal_bytes() > self.settings.wconfd.snapshot_journal_bytes_max
+        {
             let started = Instant::now();
             self.store
                 .write_snapshot(&self.manager)
@@ -1028,6 +1134,63 @@ impl Server {
                 holdings = self.manager.holding_count(),
                 "wrote a lock state snapshot"
             );
+        }
+        Ok(())
+    }
+
+    /// Asks the sync thread to make everything written so far durable,
+    /// unless it is busy (its completion starts the next one).
+    fn start_sync(&mut self) {
+        if self.sync_in_flight.is_some() || self.written_epoch == self.synced_epoch {
+            return;
+        }
+        if self.syncer.requests.send(self.written_epoch).is_ok() {
+            self.sync_in_flight = Some(Instant::now());
+        }
+    }
+
+    /// The sync thread finished: reveal every turn it covered.
+    fn sync_done(&mut self) -> Result<(), DaemonError> {
+        while let Ok((epoch, result)) = self.syncer.done.try_recv() {
+            // A failed sync cannot be retried as if it had worked: stop.
+            result.map_err(DaemonError::Journal)?;
+            self.sync_in_flight = None;
+            self.synced_epoch = self.synced_epoch.max(epoch);
+        }
+        while self
+            .unrevealed
+            .front()
+            .is_some_and(|reveal| reveal.epoch <= self.synced_epoch)
+        {
+            let reveal = self.unrevealed.pop_front().expect("just looked");
+            self.reveal(reveal);
+        }
+        self.start_sync();
+        Ok(())
+    }
+
+    /// Sends what a durable turn answered: replies, then SIGHUPs.
+    fn reveal(&mut self, reveal: Reveal) {
+        for (token, bytes) in reveal.replies {
+            if let Some(connection) = self.connections.get_mut(&token) {
+                connection.unrevealed_turns -= 1;
+                connection.output.extend_from_slice(&bytes);
+                self.flush(token);
+            }
+        }
+        for owner in reveal.sighups {
+            if let Err(error) = sys::send_signal(owner.pid, Signal::SIGHUP) {
+                tracing::debug!(%owner, %error, "cannot notify the owner");
+            }
+        }
+    }
+
+    /// On stop: wait for the disk, then answer everything answered.
+    fn drain(&mut self) -> Result<(), DaemonError> {
+        self.store.commit().map_err(DaemonError::Journal)?;
+        self.synced_epoch = self.written_epoch;
+        while let Some(reveal) = self.unrevealed.pop_front() {
+            self.reveal(reveal);
         }
         Ok(())
     }
@@ -1059,7 +1222,20 @@ impl Server {
             connections = self.connections.len(),
             watched_pids = self.pid_watches.len(),
             journal_bytes = self.store.journal_bytes(),
-            "state dump (one thread: the event loop)"
+            "state dump"
+        );
+        tracing::info!(
+            "thread event-loop: serving; thread journal-sync: {}; turns written {}, durable {}, {} waiting for the disk",
+            match self.sync_in_flight {
+                Some(since) => format!(
+                    "syncing for {:.3} ms",
+                    now.duration_since(since).as_secs_f64() * 1e3
+                ),
+                None => "idle".to_owned(),
+            },
+            self.written_epoch,
+            self.synced_epoch,
+            self.unrevealed.len()
         );
         for (lock, holders) in &table {
             let holders: Vec<String> = holders
@@ -1102,6 +1278,15 @@ impl Server {
                 }
             );
         }
+    }
+}
+
+/// Ganeti's shape of a failed verification: its ConfigWriter reads
+/// `args[1]` as the list of problems.
+fn config_verify_error(problems: Vec<String>) -> WireError {
+    WireError {
+        class: "ConfigVerifyError",
+        args: vec![json!("Validation failed"), json!(problems)],
     }
 }
 

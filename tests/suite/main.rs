@@ -12,7 +12,12 @@
 //! - [`harness`]: operations as data, applying them, comparing answers and
 //!   states.
 
+mod daemon;
+mod ganeti_client;
 mod harness;
 mod lock_exhaustive;
 mod lock_properties;
 mod reference;
+mod wconfd_bad_input;
+mod wconfd_liveness;
+mod wconfd_rpc;
