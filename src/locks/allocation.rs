@@ -101,18 +101,33 @@ pub fn is_satisfied_by(held: Option<&BTreeMap<LockName, Mode>>, request: &[Entry
     })
 }
 
+/// The first lock, in request order, that the request names with two
+/// different actions (linear: requests may name thousands of locks).
+fn first_inconsistent(request: &[Entry]) -> Option<&LockName> {
+    if request.len() < 2 {
+        return None;
+    }
+    let mut mixed: HashMap<&LockName, (Action, bool)> = HashMap::with_capacity(request.len());
+    for entry in request {
+        let seen = mixed.entry(&entry.lock).or_insert((entry.action, false));
+        if seen.0 != entry.action {
+            seen.1 = true;
+        }
+    }
+    request
+        .iter()
+        .find(|entry| mixed[&entry.lock].1)
+        .map(|entry| &entry.lock)
+}
+
 /// [`Allocation::check`] against given holdings, so that a sequence of
 /// updates can be planned before any is applied.
 pub fn check_against(
     held: Option<&BTreeMap<LockName, Mode>>,
     request: &[Entry],
 ) -> Result<(), LockError> {
-    if let Some(entry) = request.iter().find(|entry| {
-        request
-            .iter()
-            .any(|other| other.lock == entry.lock && other.action != entry.action)
-    }) {
-        return Err(LockError::Inconsistent(entry.lock.clone()));
+    if let Some(lock) = first_inconsistent(request) {
+        return Err(LockError::Inconsistent(lock.clone()));
     }
     let Some(held) = held else {
         return Ok(());

@@ -2,7 +2,7 @@
 //! `Locking.Waiting`), the whole lock state of wconfd.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::allocation::{Allocation, LockError, OwnerRef, check_against, is_satisfied_by};
@@ -231,6 +231,7 @@ impl LockManager {
 
     /// `intersectLocks`: drops the pending request and every lock not listed.
     pub fn intersect_locks(&mut self, owner: &Owner, keep: &[LockName]) -> Vec<OwnerRef> {
+        let keep: HashSet<&LockName> = keep.iter().collect();
         self.rewrite_holdings(owner, |lock, _| {
             (!keep.contains(lock)).then_some(Action::Release)
         })

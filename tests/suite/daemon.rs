@@ -15,7 +15,7 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -36,6 +36,20 @@ pub fn wait_until(what: &str, within: Duration, mut condition: impl FnMut() -> b
         assert!(Instant::now() < deadline, "not within {within:?}: {what}");
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// Taken by the tests that assert latencies, and by the heaviest test, so
+/// that they never run at the same time: a latency is measured on a
+/// machine no busier than the rest of the suite makes it.
+pub fn timing_guard() -> std::sync::MutexGuard<'static, ()> {
+    static TIMING: Mutex<()> = Mutex::new(());
+    TIMING.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// How long after `since` (a `SystemTime::now()` of the test) `then`
+/// happened; zero if the clock says before.
+pub fn elapsed_between(since: SystemTime, then: SystemTime) -> Duration {
+    then.duration_since(since).unwrap_or(Duration::ZERO)
 }
 
 /// A unique number for this test process (livelock names, log names).
@@ -102,16 +116,7 @@ impl Wconfd {
     pub fn try_start_on(root: &Root) -> Result<Wconfd, (ExitStatus, String)> {
         let log_path = root.path().join(format!("wconfd.{}.log", next_serial()));
         let log = File::create(&log_path).expect("create the log file");
-        let strace = std::env::var("WCONFD_STRACE").ok();
-        let mut command = match &strace {
-            Some(out) => {
-                let mut c = Command::new("/usr/bin/strace");
-                c.args(["-f", "-tt", "-e", "trace=epoll_wait,epoll_pwait,read,write,recvfrom,sendto,kill,close,accept4,epoll_ctl,fdatasync,shutdown"]).arg("-o").arg(format!("{out}.{}", next_serial())).arg(env!("CARGO_BIN_EXE_wconfd"));
-                c
-            }
-            None => Command::new(env!("CARGO_BIN_EXE_wconfd")),
-        };
-        let child = command
+        let child = Command::new(env!("CARGO_BIN_EXE_wconfd"))
             .arg("--root")
             .arg(root.path())
             .env("WARDEN_LOG", "debug")
@@ -127,12 +132,6 @@ impl Wconfd {
         };
         let pid = wconfd.pid();
         let deadline = Instant::now() + DEADLINE;
-        if std::env::var("WCONFD_STRACE").is_ok() {
-            loop {
-                if let Ok(stream) = UnixStream::connect(root.socket()) { let _ = stream; return Ok(wconfd); }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
         loop {
             if let Some(status) = wconfd.child_mut().try_wait().expect("try_wait") {
                 wconfd.child = None;
@@ -421,10 +420,10 @@ pub enum LockKind {
 }
 
 /// The owner process: creates and locks its livelock, then reports each
-/// SIGHUP ("hup N"), answers "ping" with "pong N" (N: SIGHUPs so far), and
+/// SIGHUP ("hup N T", T the wall-clock time it was handled, in ns), answers "ping" with "pong N" (N: SIGHUPs so far), and
 /// exits at the end of its stdin.
 const OWNER_SCRIPT: &str = r#"
-import fcntl, os, signal, sys
+import fcntl, os, signal, sys, time
 path, kind = sys.argv[1], sys.argv[2]
 fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
 if kind == "flock":
@@ -435,7 +434,7 @@ hups = 0
 def on_hup(signum, frame):
     global hups
     hups += 1
-    os.write(1, b"hup %d\n" % hups)
+    os.write(1, b"hup %d %d\n" % (hups, time.time_ns()))
 signal.signal(signal.SIGHUP, on_hup)
 os.write(1, b"ready\n")
 pending = b""
@@ -462,8 +461,9 @@ fn python() -> &'static str {
 struct Hups {
     ready: bool,
     ended: bool,
-    /// When each SIGHUP was reported.
-    seen: Vec<Instant>,
+    /// When each SIGHUP was handled, by the owner process's clock (the
+    /// system's wall clock: shared with the test, unlike `Instant`).
+    seen: Vec<SystemTime>,
 }
 
 /// A lock owner that is a real process holding its livelock
@@ -512,8 +512,13 @@ impl OwnerProcess {
                 let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
                 if line == "ready" {
                     state.ready = true;
-                } else if line.starts_with("hup ") {
-                    state.seen.push(Instant::now());
+                } else if let Some(hup) = line.strip_prefix("hup ") {
+                    let nanos = hup
+                        .split(' ')
+                        .nth(1)
+                        .and_then(|nanos| nanos.parse().ok())
+                        .expect("hup N T");
+                    state.seen.push(UNIX_EPOCH + Duration::from_nanos(nanos));
                 } else if let Some(count) = line.strip_prefix("pong ") {
                     let _ = pong_sender.send(count.parse().expect("a count"));
                 }
@@ -572,8 +577,8 @@ impl OwnerProcess {
     }
 
     /// Waits until at least `count` SIGHUPs arrived; answers when each was
-    /// reported.
-    pub fn wait_for_hups(&self, count: usize, within: Duration) -> Vec<Instant> {
+    /// handled (compare with `SystemTime::now()` taken by the test).
+    pub fn wait_for_hups(&self, count: usize, within: Duration) -> Vec<SystemTime> {
         let (state, changed) = &*self.hups;
         let deadline = Instant::now() + within;
         let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);

@@ -667,7 +667,6 @@ fn served(wconfd: &Wconfd) -> Option<Client> {
 }
 
 #[test]
-#[ignore = "bug: the consistency check of a request (locks::allocation::check_against) compares every entry with every other: a request of n entries costs O(n^2) and stalls the event loop (10,000 entries, the default limit: 1.6 s; 100,000: minutes)"]
 fn a_request_of_many_entries_does_not_stall_other_clients() {
     let mut fixture = Fixture::with_settings("[wconfd]\nrequest_entries_max = 100000\n");
     let entries: Vec<Value> = (0..100_000)
