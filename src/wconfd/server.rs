@@ -165,6 +165,7 @@ pub struct Server {
     sync_in_flight: Option<Instant>,
     unrevealed: VecDeque<Reveal>,
     // What the current turn did, settled in `finish_turn`.
+    turn_requests: usize,
     turn_granted: Vec<Arc<Owner>>,
     turn_owners: Vec<Arc<Owner>>,
     turn_connections: Vec<Token>,
@@ -237,6 +238,7 @@ impl Server {
             synced_epoch: 0,
             sync_in_flight: None,
             unrevealed: VecDeque::new(),
+            turn_requests: 0,
             turn_granted: Vec::new(),
             turn_owners: Vec::new(),
             turn_connections: Vec::new(),
@@ -636,6 +638,7 @@ impl Server {
     // ----- requests -----
 
     fn handle_frame(&mut self, token: Token, frame: &[u8]) -> Reply {
+        self.turn_requests += 1;
         let request = match parse_request(frame) {
             Ok(request) => request,
             Err(error) => return Reply::Now(Err(error)),
@@ -1121,7 +1124,8 @@ impl Server {
         } else {
             self.unrevealed.push_back(reveal);
         }
-        self.start_sync();
+        self.start_sync()?;
+        self.turn_requests = 0;
         if self.written_epoch == self.synced_epoch
             && self.store.journal_bytes() > self.settings.wconfd.snapshot_journal_bytes_max
         {
@@ -1138,15 +1142,28 @@ impl Server {
         Ok(())
     }
 
-    /// Asks the sync thread to make everything written so far durable,
-    /// unless it is busy (its completion starts the next one).
-    fn start_sync(&mut self) {
+    /// Makes everything written so far durable, unless a sync runs (its
+    /// completion starts the next one). A turn that answered at most one
+    /// request syncs on the loop itself: there is nothing to overlap with,
+    /// and handing over to the sync thread and back costs a wake-up each
+    /// way. Busier turns go to the sync thread, so that the requests
+    /// arriving meanwhile are read and written while the disk works.
+    fn start_sync(&mut self) -> Result<(), DaemonError> {
         if self.sync_in_flight.is_some() || self.written_epoch == self.synced_epoch {
-            return;
+            return Ok(());
+        }
+        if self.turn_requests <= 1 {
+            self.store.commit().map_err(DaemonError::Journal)?;
+            self.synced_epoch = self.written_epoch;
+            while let Some(reveal) = self.unrevealed.pop_front() {
+                self.reveal(reveal);
+            }
+            return Ok(());
         }
         if self.syncer.requests.send(self.written_epoch).is_ok() {
             self.sync_in_flight = Some(Instant::now());
         }
+        Ok(())
     }
 
     /// The sync thread finished: reveal every turn it covered.
@@ -1165,8 +1182,7 @@ impl Server {
             let reveal = self.unrevealed.pop_front().expect("just looked");
             self.reveal(reveal);
         }
-        self.start_sync();
-        Ok(())
+        self.start_sync()
     }
 
     /// Sends what a durable turn answered: replies, then SIGHUPs.
