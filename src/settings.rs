@@ -12,7 +12,7 @@
 //! connections_max = 1024
 //! request_entries_max = 10000
 //! socket_group = "ganeti"        # or a numeric gid; absent: root and the daemon's uid only
-//! snapshot_journal_bytes_max = 67108864
+//! snapshot_journal_bytes_max = 16777216
 //!
 //! [luxid]
 //! max_running_jobs = 20
@@ -482,7 +482,7 @@ mod tests {
         assert_eq!(settings.wconfd.connections_max, 1024);
         assert_eq!(settings.wconfd.request_entries_max, 10_000);
         assert_eq!(settings.wconfd.socket_group, None);
-        assert_eq!(settings.wconfd.snapshot_journal_bytes_max, 64 * 1024 * 1024);
+        assert_eq!(settings.wconfd.snapshot_journal_bytes_max, 16 * 1024 * 1024);
         assert_eq!(settings.luxid.max_running_jobs, 20);
         assert_eq!(settings.luxid.frame_bytes_max, 16 * 1024 * 1024);
         assert_eq!(settings.luxid.connections_max, 1024);
