@@ -83,6 +83,15 @@ pub fn start(root: &Path) -> Result<Server, DaemonError> {
     make_dir(&socket_dir, 0o750)?;
     let livelock_dir = root.join(LIVELOCK_DIR);
     make_dir(&livelock_dir, 0o770)?;
+    // Members of the socket group reach the socket and create livelocks.
+    let group_gid = match &settings.wconfd.socket_group {
+        Some(group) => Some(group.gid()?),
+        None => None,
+    };
+    if let Some(gid) = group_gid {
+        share_with_group(&socket_dir, gid, 0o750)?;
+        share_with_group(&livelock_dir, gid, 0o770)?;
+    }
     let instance_lock = take_instance_lock(root)?;
     raise_descriptor_limit(settings.wconfd.connections_max);
 
@@ -178,6 +187,14 @@ fn raise_descriptor_limit(connections_max: usize) {
         Ok(_) => {}
         Err(error) => tracing::warn!(%error, "cannot read the descriptor limit"),
     }
+}
+
+/// Gives a directory (or the socket) to the socket group with `mode`.
+pub(crate) fn share_with_group(path: &Path, gid: u32, mode: u32) -> Result<(), DaemonError> {
+    std::os::unix::fs::chown(path, None, Some(gid))
+        .map_err(io_error("cannot give the socket group", path))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+        .map_err(io_error("cannot set the mode of", path))
 }
 
 /// Socket files are 0660: the directory and SO_PEERCRED do the rest.

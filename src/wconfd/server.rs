@@ -284,6 +284,9 @@ impl Server {
         nix::sys::stat::umask(umask);
         let mut listener = bound.map_err(io_error("cannot bind", path))?;
         restrict_socket(path)?;
+        if let Some(gid) = self.group_gid {
+            super::share_with_group(path, gid, 0o660)?;
+        }
         self.poll
             .registry()
             .register(&mut listener, LISTENER, Interest::READABLE)

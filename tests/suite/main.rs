@@ -21,3 +21,4 @@ mod reference;
 mod wconfd_bad_input;
 mod wconfd_liveness;
 mod wconfd_rpc;
+mod wconfd_security;
