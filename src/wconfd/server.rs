@@ -1071,9 +1071,6 @@ impl Server {
     /// wait for the next: requests arriving during a sync share the next
     /// one (group commit without stopping the loop).
     fn finish_turn(&mut self) -> Result<(), DaemonError> {
-        if self.store.write().map_err(DaemonError::Journal)? {
-            self.written_epoch += 1;
-        }
         let now = Instant::now();
         let mut sighups = Vec::new();
         for owner in std::mem::take(&mut self.turn_granted) {
@@ -1117,8 +1114,15 @@ impl Server {
                 Some((token, std::mem::take(&mut connection.staged)))
             })
             .collect();
+        // Records not written yet (this turn's, or earlier ones held back
+        // while a sync runs) go out with the next write.
+        let epoch = if self.store.has_unwritten() {
+            self.written_epoch + 1
+        } else {
+            self.written_epoch
+        };
         let reveal = Reveal {
-            epoch: self.written_epoch,
+            epoch,
             replies,
             sighups,
         };
@@ -1127,9 +1131,10 @@ impl Server {
         } else {
             self.unrevealed.push_back(reveal);
         }
-        self.start_sync()?;
+        self.start_sync(true)?;
         self.turn_requests = 0;
         if self.written_epoch == self.synced_epoch
+            && !self.store.has_unwritten()
             && self.store.journal_bytes() > self.settings.wconfd.snapshot_journal_bytes_max
         {
             let started = Instant::now();
@@ -1145,17 +1150,23 @@ impl Server {
         Ok(())
     }
 
-    /// Makes everything written so far durable, unless a sync runs (its
-    /// completion starts the next one). A turn that answered at most one
-    /// request syncs on the loop itself: there is nothing to overlap with,
-    /// and handing over to the sync thread and back costs a wake-up each
-    /// way. Busier turns go to the sync thread, so that the requests
-    /// arriving meanwhile are read and written while the disk works.
-    fn start_sync(&mut self) -> Result<(), DaemonError> {
-        if self.sync_in_flight.is_some() || self.written_epoch == self.synced_epoch {
+    /// Writes the records held back and makes them durable, unless a sync
+    /// runs: its completion starts the next one, so the records of every
+    /// turn served meanwhile go out in one write and one sync. A turn that
+    /// answered at most one request syncs on the loop itself: there is
+    /// nothing to overlap with, and handing over to the sync thread and
+    /// back costs a wake-up each way.
+    fn start_sync(&mut self, at_end_of_turn: bool) -> Result<(), DaemonError> {
+        if self.sync_in_flight.is_some() {
             return Ok(());
         }
-        if self.turn_requests <= 1 {
+        if self.store.write().map_err(DaemonError::Journal)? {
+            self.written_epoch += 1;
+        }
+        if self.written_epoch == self.synced_epoch {
+            return Ok(());
+        }
+        if at_end_of_turn && self.turn_requests <= 1 && self.unrevealed.len() <= 1 {
             self.store.commit().map_err(DaemonError::Journal)?;
             self.synced_epoch = self.written_epoch;
             while let Some(reveal) = self.unrevealed.pop_front() {
@@ -1185,7 +1196,7 @@ impl Server {
             let reveal = self.unrevealed.pop_front().expect("just looked");
             self.reveal(reveal);
         }
-        self.start_sync()
+        self.start_sync(false)
     }
 
     /// Sends what a durable turn answered: replies, then SIGHUPs.
@@ -1206,6 +1217,9 @@ impl Server {
 
     /// On stop: wait for the disk, then answer everything answered.
     fn drain(&mut self) -> Result<(), DaemonError> {
+        if self.store.has_unwritten() {
+            self.written_epoch += 1;
+        }
         self.store.commit().map_err(DaemonError::Journal)?;
         self.synced_epoch = self.written_epoch;
         while let Some(reveal) = self.unrevealed.pop_front() {
