@@ -22,11 +22,13 @@
 //! Missing a target is reported, not an error: this is a benchmark, not a
 //! timed test.
 
-use std::fmt::Write as _;
 use std::hint::black_box;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use warden::bench::{
+    Context, Measure, Report, Target, Unit, counted, grouped, print_mode, print_runs, print_summary,
+};
 use warden::locks::{Entry, LockError, LockManager, LockName, Owner, Update};
 
 const USAGE: &str = "usage: lock-bench [single|scale|drain] [--runs N] [--quick]";
@@ -59,7 +61,7 @@ fn main() -> ExitCode {
         .iter()
         .map(|scenario| run_scenario(*scenario, &options))
         .collect();
-    print_summary(&reports, &options);
+    print_summary(&reports, options.runs, options.quick);
     ExitCode::SUCCESS
 }
 
@@ -189,112 +191,14 @@ impl Sizes {
 }
 
 // ---------------------------------------------------------------------------
-// Measures, runs and reports
-
-/// One figure of one run.
-struct Measure {
-    label: String,
-    unit: Unit,
-    target: Option<Target>,
-    value: f64,
-}
-
-impl Measure {
-    fn new(label: impl Into<String>, unit: Unit, value: f64) -> Measure {
-        Measure {
-            label: label.into(),
-            unit,
-            target: None,
-            value,
-        }
-    }
-
-    fn with_target(self, target: Target) -> Measure {
-        Measure {
-            target: Some(target),
-            ..self
-        }
-    }
-}
-
-#[derive(Clone, Copy)]
-enum Unit {
-    PerSecond,
-    Nanos,
-    Seconds,
-    Ratio,
-    /// The exponent k of time ~ n^k: 1 is linear, 2 quadratic.
-    Exponent,
-}
-
-impl Unit {
-    fn format(self, value: f64) -> String {
-        match self {
-            Unit::PerSecond => format!("{}/s", grouped(value.round() as u64)),
-            Unit::Nanos => format!("{} ns", grouped(value.round() as u64)),
-            Unit::Seconds if value < 1e-3 => format!("{:.1} us", value * 1e6),
-            Unit::Seconds if value < 1.0 => format!("{:.1} ms", value * 1e3),
-            Unit::Seconds => format!("{value:.2} s"),
-            Unit::Ratio => format!("{value:.2}x"),
-            Unit::Exponent => format!("{value:.2}"),
-        }
-    }
-}
-
-#[derive(Clone, Copy)]
-enum Target {
-    AtLeast(f64),
-    AtMost(f64),
-}
-
-impl Target {
-    fn is_met(self, value: f64) -> bool {
-        match self {
-            Target::AtLeast(bound) => value >= bound,
-            Target::AtMost(bound) => value <= bound,
-        }
-    }
-
-    fn format(self, unit: Unit) -> String {
-        match self {
-            Target::AtLeast(bound) => format!(">= {}", unit.format(bound)),
-            Target::AtMost(bound) => format!("<= {}", unit.format(bound)),
-        }
-    }
-}
-
-/// Every run of one figure.
-struct Series {
-    label: String,
-    unit: Unit,
-    target: Option<Target>,
-    values: Vec<f64>,
-}
-
-impl Series {
-    fn median(&self) -> f64 {
-        let mut sorted = self.values.clone();
-        sorted.sort_by(f64::total_cmp);
-        let middle = sorted.len() / 2;
-        if sorted.len() % 2 == 1 {
-            sorted[middle]
-        } else {
-            (sorted[middle - 1] + sorted[middle]) / 2.0
-        }
-    }
-}
-
-struct Report {
-    scenario: Scenario,
-    series: Vec<Series>,
-}
+// Runs
 
 /// Runs one scenario `options.runs` times and prints every run and the
 /// median of each figure.
 fn run_scenario(scenario: Scenario, options: &Options) -> Report {
     let sizes = options.sizes();
     println!("\n== {}: {}", scenario.name(), describe(scenario, &sizes));
-    let mut series: Vec<Series> = Vec::new();
+    let mut report = Report::new(scenario.name());
     for run in 1..=options.runs {
         let started = Instant::now();
         let measures = scenario.run(&sizes);
@@ -305,25 +209,10 @@ fn run_scenario(scenario: Scenario, options: &Options) -> Report {
             options.runs,
             started.elapsed().as_secs_f64()
         );
-        if series.is_empty() {
-            series = measures
-                .iter()
-                .map(|measure| Series {
-                    label: measure.label.clone(),
-                    unit: measure.unit,
-                    target: measure.target,
-                    values: Vec::new(),
-                })
-                .collect();
-        }
-        assert_eq!(series.len(), measures.len(), "every run measures the same");
-        for (series, measure) in series.iter_mut().zip(measures) {
-            assert_eq!(series.label, measure.label, "every run measures the same");
-            series.values.push(measure.value);
-        }
+        report.add_run(measures);
     }
-    print_runs(&series, options.runs);
-    Report { scenario, series }
+    print_runs(&report.series, options.runs);
+    report
 }
 
 fn describe(scenario: Scenario, sizes: &Sizes) -> String {
@@ -624,154 +513,15 @@ fn owners(count: usize) -> String {
     counted(count, "owner")
 }
 
-/// 1 -> "1 run", 1000 -> "1,000 runs".
-fn counted(count: usize, noun: &str) -> String {
-    let plural = if count == 1 { "" } else { "s" };
-    format!("{} {noun}{plural}", grouped(count as u64))
-}
-
-/// 1234567 -> "1,234,567".
-fn grouped(value: u64) -> String {
-    let digits = value.to_string();
-    let mut out = String::new();
-    for (index, digit) in digits.chars().enumerate() {
-        if index > 0 && (digits.len() - index).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
-}
-
 // ---------------------------------------------------------------------------
 // Output
 
 /// What a figure needs beside it to mean something later: the machine, the
 /// code, the build and the load.
 fn print_context(options: &Options) {
-    let cpus = std::thread::available_parallelism().map_or(0, |cpus| cpus.get());
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|line| line.starts_with("model name"))
-                .and_then(|line| line.split_once(':'))
-                .map(|(_, model)| model.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown".to_owned());
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .map(|text| {
-            text.split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_else(|_| "unknown".to_owned());
-    let build = if cfg!(debug_assertions) {
-        "debug (figures meaningless: use --release)"
-    } else {
-        "release"
-    };
-    println!("lock-bench: the warden lock core, in process, one thread");
-    println!("command : {}", options.command_line);
-    println!("machine : {cpus} cpus, {model}");
-    println!("load    : {load} (1, 5, 15 min averages at start)");
-    println!("commit  : {}", git_commit());
-    println!("build   : {build}");
-    println!(
-        "mode    : {}, {} per scenario",
-        if options.quick { "quick" } else { "full" },
-        counted(options.runs, "run")
+    Context::read().print(
+        "lock-bench: the warden lock core, in process, one thread",
+        &options.command_line,
     );
-}
-
-/// The short commit, marked when the tree has changes the commit lacks.
-fn git_commit() -> String {
-    let git = |args: &[&str]| {
-        Command::new("git")
-            .args(args)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .ok()
-            .filter(|output| output.status.success())
-            .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_owned())
-    };
-    match git(&["rev-parse", "--short", "HEAD"]) {
-        None => "unknown (no git)".to_owned(),
-        Some(commit) => match git(&["status", "--porcelain", "--untracked-files=no"]) {
-            Some(changes) if changes.is_empty() => commit,
-            _ => format!("{commit} + uncommitted changes"),
-        },
-    }
-}
-
-fn print_runs(series: &[Series], runs: usize) {
-    let label_width = series.iter().map(|s| s.label.len()).max().unwrap_or(0);
-    let mut header = format!("   {:label_width$}", "");
-    for run in 1..=runs {
-        let _ = write!(header, " {:>12}", format!("run {run}"));
-    }
-    println!("{header} {:>12}", "MEDIAN");
-    for series in series {
-        let mut line = format!("   {:label_width$}", series.label);
-        for value in &series.values {
-            let _ = write!(line, " {:>12}", series.unit.format(*value));
-        }
-        println!("{line} {:>12}", series.unit.format(series.median()));
-    }
-}
-
-fn print_summary(reports: &[Report], options: &Options) {
-    println!("\n== summary: medians of {}", counted(options.runs, "run"));
-    let rows: Vec<[String; 5]> = reports
-        .iter()
-        .flat_map(|report| {
-            report.series.iter().map(|series| {
-                let median = series.median();
-                let (target, verdict) = match series.target {
-                    None => (String::new(), String::new()),
-                    Some(target) => (
-                        target.format(series.unit),
-                        match (options.quick, target.is_met(median)) {
-                            (true, _) => "n/a (quick)".to_owned(),
-                            (false, true) => "met".to_owned(),
-                            (false, false) => "MISSED".to_owned(),
-                        },
-                    ),
-                };
-                [
-                    report.scenario.name().to_owned(),
-                    series.label.clone(),
-                    series.unit.format(median),
-                    target,
-                    verdict,
-                ]
-            })
-        })
-        .collect();
-    let header = ["scenario", "figure", "median", "target", "verdict"].map(str::to_owned);
-    let widths: Vec<usize> = (0..header.len())
-        .map(|column| {
-            std::iter::once(&header)
-                .chain(&rows)
-                .map(|row| row[column].len())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    for row in std::iter::once(&header).chain(&rows) {
-        let line = format!(
-            "   {:<w0$}  {:<w1$}  {:>w2$}  {:<w3$}  {}",
-            row[0],
-            row[1],
-            row[2],
-            row[3],
-            row[4],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2],
-            w3 = widths[3],
-        );
-        println!("{}", line.trim_end());
-    }
+    print_mode(options.quick, options.runs);
 }

@@ -33,7 +33,7 @@
 //! bench with an error (exit 1). A missed target is reported, not an error.
 
 use std::cell::Cell;
-use std::fmt::{self, Display, Write as _};
+use std::fmt::{self, Display};
 use std::fs::{self, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -46,6 +46,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
+use warden::bench::{
+    Context as BenchContext, Measure, Report, Target, Unit, counted, grouped, percentile,
+    print_mode, print_runs, print_summary,
+};
 use warden::liveness::Livelock;
 use warden::protocol::ETX;
 use warden::store::lock_state::JOURNAL_FILE;
@@ -119,7 +123,7 @@ fn bench(options: &Options) -> Result<()> {
         .iter()
         .map(|scenario| run_scenario(*scenario, &bench))
         .collect::<Result<Vec<Report>>>()?;
-    print_summary(&reports, options);
+    print_summary(&reports, options.runs, options.quick);
     Ok(())
 }
 
@@ -1126,105 +1130,7 @@ impl<T, E: Display> Context<T> for std::result::Result<T, E> {
 }
 
 // ---------------------------------------------------------------------------
-// Measures, runs and reports (as in lock-bench)
-
-/// One figure of one run.
-struct Measure {
-    label: String,
-    unit: Unit,
-    target: Option<Target>,
-    value: f64,
-}
-
-impl Measure {
-    fn new(label: impl Into<String>, unit: Unit, value: f64) -> Measure {
-        Measure {
-            label: label.into(),
-            unit,
-            target: None,
-            value,
-        }
-    }
-
-    fn with_target(self, target: Target) -> Measure {
-        Measure {
-            target: Some(target),
-            ..self
-        }
-    }
-}
-
-#[derive(Clone, Copy)]
-enum Unit {
-    PerSecond,
-    Seconds,
-    Ratio,
-    Bytes,
-}
-
-impl Unit {
-    fn format(self, value: f64) -> String {
-        match self {
-            Unit::PerSecond => format!("{}/s", grouped(value.round() as u64)),
-            Unit::Seconds if value.abs() < 1e-3 => format!("{:.1} us", value * 1e6),
-            Unit::Seconds if value.abs() < 1.0 => format!("{:.2} ms", value * 1e3),
-            Unit::Seconds => format!("{value:.2} s"),
-            Unit::Ratio => format!("{value:.2}x"),
-            Unit::Bytes => format!("{:.1} MiB", value / (1024.0 * 1024.0)),
-        }
-    }
-}
-
-#[derive(Clone, Copy)]
-enum Target {
-    AtLeast(f64),
-    AtMost(f64),
-    Below(f64),
-}
-
-impl Target {
-    fn is_met(self, value: f64) -> bool {
-        match self {
-            Target::AtLeast(bound) => value >= bound,
-            Target::AtMost(bound) => value <= bound,
-            Target::Below(bound) => value < bound,
-        }
-    }
-
-    fn format(self, unit: Unit) -> String {
-        match self {
-            Target::AtLeast(bound) => format!(">= {}", unit.format(bound)),
-            Target::AtMost(bound) => format!("<= {}", unit.format(bound)),
-            Target::Below(bound) => format!("< {}", unit.format(bound)),
-        }
-    }
-}
-
-/// Every run of one figure.
-struct Series {
-    label: String,
-    unit: Unit,
-    target: Option<Target>,
-    values: Vec<f64>,
-}
-
-impl Series {
-    fn median(&self) -> f64 {
-        let mut sorted = self.values.clone();
-        sorted.sort_by(f64::total_cmp);
-        let middle = sorted.len() / 2;
-        if sorted.len() % 2 == 1 {
-            sorted[middle]
-        } else {
-            (sorted[middle - 1] + sorted[middle]) / 2.0
-        }
-    }
-}
-
-struct Report {
-    scenario: Scenario,
-    series: Vec<Series>,
-}
+// Runs (measures and reports: warden::bench)
 
 /// Runs one scenario `runs` times and prints every run and the median of
 /// each figure.
@@ -1235,7 +1141,7 @@ fn run_scenario(scenario: Scenario, bench: &Bench) -> Result<Report> {
         scenario.name(),
         describe(scenario, bench.sizes)
     );
-    let mut series: Vec<Series> = Vec::new();
+    let mut report = Report::new(scenario.name());
     for run in 1..=runs {
         let started = Instant::now();
         let measures = scenario
@@ -1247,25 +1153,10 @@ fn run_scenario(scenario: Scenario, bench: &Bench) -> Result<Report> {
             scenario.name(),
             started.elapsed().as_secs_f64()
         );
-        if series.is_empty() {
-            series = measures
-                .iter()
-                .map(|measure| Series {
-                    label: measure.label.clone(),
-                    unit: measure.unit,
-                    target: measure.target,
-                    values: Vec::new(),
-                })
-                .collect();
-        }
-        assert_eq!(series.len(), measures.len(), "every run measures the same");
-        for (series, measure) in series.iter_mut().zip(measures) {
-            assert_eq!(series.label, measure.label, "every run measures the same");
-            series.values.push(measure.value);
-        }
+        report.add_run(measures);
     }
-    print_runs(&series, runs);
-    Ok(Report { scenario, series })
+    print_runs(&report.series, runs);
+    Ok(report)
 }
 
 fn describe(scenario: Scenario, sizes: &Sizes) -> String {
@@ -1311,71 +1202,18 @@ fn describe(scenario: Scenario, sizes: &Sizes) -> String {
 }
 
 // ---------------------------------------------------------------------------
-// Helpers
-
-/// The nearest-rank percentile of sorted samples (`fraction` in 0..=1).
-fn percentile(sorted: &[f64], fraction: f64) -> f64 {
-    assert!(!sorted.is_empty(), "every measurement takes samples");
-    let rank = (fraction * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-/// 1 -> "1 run", 1000 -> "1,000 runs".
-fn counted(count: usize, noun: &str) -> String {
-    let plural = if count == 1 { "" } else { "s" };
-    format!("{} {noun}{plural}", grouped(count as u64))
-}
-
-/// 1234567 -> "1,234,567".
-fn grouped(value: u64) -> String {
-    let digits = value.to_string();
-    let mut out = String::new();
-    for (index, digit) in digits.chars().enumerate() {
-        if index > 0 && (digits.len() - index).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
-}
-
-// ---------------------------------------------------------------------------
 // Output
 
 /// What a figure needs beside it to mean something later: the machine, the
 /// code, the binaries, the file system under the roots and the load.
 fn print_context(bench: &Bench) -> Result<()> {
-    let cpus = thread::available_parallelism().map_or(0, |cpus| cpus.get());
-    let model = fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|line| line.starts_with("model name"))
-                .and_then(|line| line.split_once(':'))
-                .map(|(_, model)| model.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown".to_owned());
-    let load = fs::read_to_string("/proc/loadavg")
-        .map(|text| {
-            text.split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_else(|_| "unknown".to_owned());
-    let build = if cfg!(debug_assertions) {
-        "debug (figures meaningless: use --release)"
-    } else {
-        "release"
-    };
+    let context = BenchContext::read();
     let sizes = bench.sizes;
     let fsync = fsync_cost(&bench.workspace.dir, sizes.fsyncs_max, sizes.fsync_time_max)?;
-    println!("wconfd-bench: the real wconfd over its socket, one fresh root per run");
-    println!("command : {}", bench.command_line);
-    println!("machine : {cpus} cpus, {model}");
-    println!("load    : {load} (1, 5, 15 min averages at start)");
-    println!("commit  : {}", git_commit());
-    println!("build   : {build}");
+    context.print(
+        "wconfd-bench: the real wconfd over its socket, one fresh root per run",
+        &bench.command_line,
+    );
     println!(
         "wconfd  : {} (built {})",
         bench.wconfd.display(),
@@ -1390,32 +1228,8 @@ fn print_context(bench: &Bench) -> Result<()> {
         "fsync   : {} median ({FSYNC_RECORD_BYTES} B append + fdatasync there, at start)",
         Unit::Seconds.format(fsync)
     );
-    println!(
-        "mode    : {}, {} per scenario",
-        if bench.quick { "quick" } else { "full" },
-        counted(bench.runs, "run")
-    );
+    print_mode(bench.quick, bench.runs);
     Ok(())
-}
-
-/// The short commit, marked when the tree has changes the commit lacks.
-fn git_commit() -> String {
-    let git = |args: &[&str]| {
-        Command::new("git")
-            .args(args)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .ok()
-            .filter(|output| output.status.success())
-            .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_owned())
-    };
-    match git(&["rev-parse", "--short", "HEAD"]) {
-        None => "unknown (no git)".to_owned(),
-        Some(commit) => match git(&["status", "--porcelain", "--untracked-files=no"]) {
-            Some(changes) if changes.is_empty() => commit,
-            _ => format!("{commit} + uncommitted changes"),
-        },
-    }
 }
 
 /// How long ago a file was modified: a stale wconfd shows up here.
@@ -1443,75 +1257,4 @@ fn file_system(path: &Path) -> String {
         })
         .max_by_key(|(length, _)| *length)
         .map_or_else(|| "unknown file system".to_owned(), |(_, text)| text)
-}
-
-fn print_runs(series: &[Series], runs: usize) {
-    let label_width = series.iter().map(|s| s.label.len()).max().unwrap_or(0);
-    let mut header = format!("   {:label_width$}", "");
-    for run in 1..=runs {
-        let _ = write!(header, " {:>12}", format!("run {run}"));
-    }
-    println!("{header} {:>12}", "MEDIAN");
-    for series in series {
-        let mut line = format!("   {:label_width$}", series.label);
-        for value in &series.values {
-            let _ = write!(line, " {:>12}", series.unit.format(*value));
-        }
-        println!("{line} {:>12}", series.unit.format(series.median()));
-    }
-}
-
-fn print_summary(reports: &[Report], options: &Options) {
-    println!("\n== summary: medians of {}", counted(options.runs, "run"));
-    let rows: Vec<[String; 5]> = reports
-        .iter()
-        .flat_map(|report| {
-            report.series.iter().map(|series| {
-                let median = series.median();
-                let (target, verdict) = match series.target {
-                    None => (String::new(), String::new()),
-                    Some(target) => (
-                        target.format(series.unit),
-                        match (options.quick, target.is_met(median)) {
-                            (true, _) => "n/a (quick)".to_owned(),
-                            (false, true) => "met".to_owned(),
-                            (false, false) => "MISSED".to_owned(),
-                        },
-                    ),
-                };
-                [
-                    report.scenario.name().to_owned(),
-                    series.label.clone(),
-                    series.unit.format(median),
-                    target,
-                    verdict,
-                ]
-            })
-        })
-        .collect();
-    let header = ["scenario", "figure", "median", "target", "verdict"].map(str::to_owned);
-    let widths: Vec<usize> = (0..header.len())
-        .map(|column| {
-            std::iter::once(&header)
-                .chain(&rows)
-                .map(|row| row[column].len())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    for row in std::iter::once(&header).chain(&rows) {
-        let line = format!(
-            "   {:<w0$}  {:<w1$}  {:>w2$}  {:<w3$}  {}",
-            row[0],
-            row[1],
-            row[2],
-            row[3],
-            row[4],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2],
-            w3 = widths[3],
-        );
-        println!("{}", line.trim_end());
-    }
 }

@@ -4,10 +4,12 @@
 //! core ([`locks`]), the wire protocol ([`protocol`]), durable files
 //! ([`store`]), the wconfd daemon ([`wconfd`]), the settings file
 //! `warden.toml` ([`settings`]), livelock files and the death probe
-//! ([`liveness`]), the limits every part shares ([`limits`]), and the few
-//! raw OS calls std lacks ([`sys`]); see `design/ARCHITECTURE.md` for the
+//! ([`liveness`]), the limits every part shares ([`limits`]), the few
+//! raw OS calls std lacks ([`sys`]), and the measuring and reporting of the
+//! benchmark binaries ([`bench`]); see `design/ARCHITECTURE.md` for the
 //! whole plan.
 
+pub mod bench;
 pub mod limits;
 pub mod liveness;
 pub mod locks;

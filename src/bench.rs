@@ -1,0 +1,408 @@
+//! Measuring and reporting for warden's benchmark binaries: medians of
+//! repeated runs, targets and verdicts, the machine context.
+//!
+//! A scenario's run yields [`Measure`]s; a [`Report`] gathers every run of
+//! one scenario into a [`Series`] per figure, [`print_runs`] shows them with
+//! their medians, and [`print_summary`] judges the medians against their
+//! targets. [`Context`] is what a figure needs beside it to mean something
+//! later.
+
+use std::fmt::Write as _;
+use std::process::Command;
+
+/// One figure of one run.
+pub struct Measure {
+    pub label: String,
+    pub unit: Unit,
+    pub target: Option<Target>,
+    pub value: f64,
+}
+
+impl Measure {
+    pub fn new(label: impl Into<String>, unit: Unit, value: f64) -> Measure {
+        Measure {
+            label: label.into(),
+            unit,
+            target: None,
+            value,
+        }
+    }
+
+    pub fn with_target(self, target: Target) -> Measure {
+        Measure {
+            target: Some(target),
+            ..self
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    PerSecond,
+    Nanos,
+    Seconds,
+    Ratio,
+    /// The exponent k of time ~ n^k: 1 is linear, 2 quadratic.
+    Exponent,
+    Bytes,
+}
+
+impl Unit {
+    pub fn format(self, value: f64) -> String {
+        match self {
+            Unit::PerSecond => format!("{}/s", grouped(value.round() as u64)),
+            Unit::Nanos => format!("{} ns", grouped(value.round() as u64)),
+            Unit::Seconds if value.abs() < 1e-3 => format!("{:.1} us", value * 1e6),
+            Unit::Seconds if value.abs() < 1.0 => format!("{:.2} ms", value * 1e3),
+            Unit::Seconds => format!("{value:.2} s"),
+            Unit::Ratio => format!("{value:.2}x"),
+            Unit::Exponent => format!("{value:.2}"),
+            Unit::Bytes => format!("{:.1} MiB", value / (1024.0 * 1024.0)),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Target {
+    AtLeast(f64),
+    AtMost(f64),
+    Below(f64),
+}
+
+impl Target {
+    pub fn is_met(self, value: f64) -> bool {
+        match self {
+            Target::AtLeast(bound) => value >= bound,
+            Target::AtMost(bound) => value <= bound,
+            Target::Below(bound) => value < bound,
+        }
+    }
+
+    pub fn format(self, unit: Unit) -> String {
+        match self {
+            Target::AtLeast(bound) => format!(">= {}", unit.format(bound)),
+            Target::AtMost(bound) => format!("<= {}", unit.format(bound)),
+            Target::Below(bound) => format!("< {}", unit.format(bound)),
+        }
+    }
+}
+
+/// Every run of one figure.
+pub struct Series {
+    pub label: String,
+    pub unit: Unit,
+    pub target: Option<Target>,
+    pub values: Vec<f64>,
+}
+
+impl Series {
+    pub fn median(&self) -> f64 {
+        let mut sorted = self.values.clone();
+        sorted.sort_by(f64::total_cmp);
+        let middle = sorted.len() / 2;
+        if sorted.len() % 2 == 1 {
+            sorted[middle]
+        } else {
+            (sorted[middle - 1] + sorted[middle]) / 2.0
+        }
+    }
+}
+
+/// Every run of one scenario, one series per figure.
+pub struct Report {
+    /// The scenario's name, as the summary shows it.
+    pub scenario: &'static str,
+    pub series: Vec<Series>,
+}
+
+impl Report {
+    pub fn new(scenario: &'static str) -> Report {
+        Report {
+            scenario,
+            series: Vec::new(),
+        }
+    }
+
+    /// Adds one run's figures; every run must measure the same figures in
+    /// the same order.
+    pub fn add_run(&mut self, measures: Vec<Measure>) {
+        if self.series.is_empty() {
+            self.series = measures
+                .iter()
+                .map(|measure| Series {
+                    label: measure.label.clone(),
+                    unit: measure.unit,
+                    target: measure.target,
+                    values: Vec::new(),
+                })
+                .collect();
+        }
+        assert_eq!(
+            self.series.len(),
+            measures.len(),
+            "every run measures the same"
+        );
+        for (series, measure) in self.series.iter_mut().zip(measures) {
+            assert_eq!(series.label, measure.label, "every run measures the same");
+            series.values.push(measure.value);
+        }
+    }
+}
+
+/// The nearest-rank percentile of sorted samples (`fraction` in 0..=1).
+pub fn percentile(sorted: &[f64], fraction: f64) -> f64 {
+    assert!(!sorted.is_empty(), "every measurement takes samples");
+    let rank = (fraction * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// 1 -> "1 run", 1000 -> "1,000 runs".
+pub fn counted(count: usize, noun: &str) -> String {
+    let plural = if count == 1 { "" } else { "s" };
+    format!("{} {noun}{plural}", grouped(count as u64))
+}
+
+/// 1234567 -> "1,234,567".
+pub fn grouped(value: u64) -> String {
+    let digits = value.to_string();
+    let mut out = String::new();
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Output
+
+/// The part of a bench's context every bench shows: the machine, the load,
+/// the code and the build. Read it at start, before any measuring.
+pub struct Context {
+    cpus: usize,
+    model: String,
+    load: String,
+}
+
+impl Context {
+    pub fn read() -> Context {
+        let cpus = std::thread::available_parallelism().map_or(0, |cpus| cpus.get());
+        let model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|info| {
+                info.lines()
+                    .find(|line| line.starts_with("model name"))
+                    .and_then(|line| line.split_once(':'))
+                    .map(|(_, model)| model.trim().to_owned())
+            })
+            .unwrap_or_else(|| "unknown".to_owned());
+        let load = std::fs::read_to_string("/proc/loadavg")
+            .map(|text| {
+                text.split_whitespace()
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_else(|_| "unknown".to_owned());
+        Context { cpus, model, load }
+    }
+
+    /// Prints `title`, then the command, machine, load, commit and build
+    /// lines; the bench adds its own lines and ends with [`print_mode`].
+    pub fn print(&self, title: &str, command_line: &str) {
+        let build = if cfg!(debug_assertions) {
+            "debug (figures meaningless: use --release)"
+        } else {
+            "release"
+        };
+        println!("{title}");
+        println!("command : {command_line}");
+        println!("machine : {} cpus, {}", self.cpus, self.model);
+        println!("load    : {} (1, 5, 15 min averages at start)", self.load);
+        println!("commit  : {}", git_commit());
+        println!("build   : {build}");
+    }
+}
+
+/// The last line of the context: quick or full, and the runs per scenario.
+pub fn print_mode(quick: bool, runs: usize) {
+    println!(
+        "mode    : {}, {} per scenario",
+        if quick { "quick" } else { "full" },
+        counted(runs, "run")
+    );
+}
+
+/// The short commit, marked when the tree has changes the commit lacks.
+pub fn git_commit() -> String {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .ok()
+            .filter(|output| output.status.success())
+            .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    };
+    match git(&["rev-parse", "--short", "HEAD"]) {
+        None => "unknown (no git)".to_owned(),
+        Some(commit) => match git(&["status", "--porcelain", "--untracked-files=no"]) {
+            Some(changes) if changes.is_empty() => commit,
+            _ => format!("{commit} + uncommitted changes"),
+        },
+    }
+}
+
+/// Every run of every figure of one scenario, and their medians.
+pub fn print_runs(series: &[Series], runs: usize) {
+    let label_width = series.iter().map(|s| s.label.len()).max().unwrap_or(0);
+    let mut header = format!("   {:label_width$}", "");
+    for run in 1..=runs {
+        let _ = write!(header, " {:>12}", format!("run {run}"));
+    }
+    println!("{header} {:>12}", "MEDIAN");
+    for series in series {
+        let mut line = format!("   {:label_width$}", series.label);
+        for value in &series.values {
+            let _ = write!(line, " {:>12}", series.unit.format(*value));
+        }
+        println!("{line} {:>12}", series.unit.format(series.median()));
+    }
+}
+
+/// The medians of every scenario's figures against their targets; a quick
+/// run's figures mean nothing, so its targets are not judged.
+pub fn print_summary(reports: &[Report], runs: usize, quick: bool) {
+    println!("\n== summary: medians of {}", counted(runs, "run"));
+    let rows: Vec<[String; 5]> = reports
+        .iter()
+        .flat_map(|report| {
+            report.series.iter().map(|series| {
+                let median = series.median();
+                let (target, verdict) = match series.target {
+                    None => (String::new(), String::new()),
+                    Some(target) => (
+                        target.format(series.unit),
+                        match (quick, target.is_met(median)) {
+                            (true, _) => "n/a (quick)".to_owned(),
+                            (false, true) => "met".to_owned(),
+                            (false, false) => "MISSED".to_owned(),
+                        },
+                    ),
+                };
+                [
+                    report.scenario.to_owned(),
+                    series.label.clone(),
+                    series.unit.format(median),
+                    target,
+                    verdict,
+                ]
+            })
+        })
+        .collect();
+    let header = ["scenario", "figure", "median", "target", "verdict"].map(str::to_owned);
+    let widths: Vec<usize> = (0..header.len())
+        .map(|column| {
+            std::iter::once(&header)
+                .chain(&rows)
+                .map(|row| row[column].len())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in std::iter::once(&header).chain(&rows) {
+        let line = format!(
+            "   {:<w0$}  {:<w1$}  {:>w2$}  {:<w3$}  {}",
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            row[4],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+            w3 = widths[3],
+        );
+        println!("{}", line.trim_end());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(values: &[f64]) -> Series {
+        Series {
+            label: "figure".to_owned(),
+            unit: Unit::Seconds,
+            target: None,
+            values: values.to_vec(),
+        }
+    }
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(series(&[3.0, 1.0, 2.0]).median(), 2.0);
+        assert_eq!(series(&[4.0, 1.0, 3.0, 2.0]).median(), 2.5);
+    }
+
+    #[test]
+    fn percentile_is_nearest_rank() {
+        let sorted: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&sorted, 0.50), 50.0);
+        assert_eq!(percentile(&sorted, 0.99), 99.0);
+        assert_eq!(percentile(&sorted, 0.0), 1.0);
+        assert_eq!(percentile(&[7.0], 0.99), 7.0);
+    }
+
+    #[test]
+    fn numbers_are_grouped_and_counted() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1_234_567), "1,234,567");
+        assert_eq!(counted(1, "run"), "1 run");
+        assert_eq!(counted(1_000, "run"), "1,000 runs");
+    }
+
+    #[test]
+    fn units_format() {
+        assert_eq!(Unit::PerSecond.format(1_234_567.4), "1,234,567/s");
+        assert_eq!(Unit::Nanos.format(41.6), "42 ns");
+        assert_eq!(Unit::Seconds.format(25e-6), "25.0 us");
+        assert_eq!(Unit::Seconds.format(-25e-6), "-25.0 us");
+        assert_eq!(Unit::Seconds.format(0.0123), "12.30 ms");
+        assert_eq!(Unit::Seconds.format(1.5), "1.50 s");
+        assert_eq!(Unit::Ratio.format(1.234), "1.23x");
+        assert_eq!(Unit::Exponent.format(1.004), "1.00");
+        assert_eq!(Unit::Bytes.format(3.0 * 1024.0 * 1024.0), "3.0 MiB");
+    }
+
+    #[test]
+    fn targets_judge_and_format() {
+        assert!(Target::AtLeast(2.0).is_met(2.0));
+        assert!(!Target::AtLeast(2.0).is_met(1.9));
+        assert!(Target::AtMost(2.0).is_met(2.0));
+        assert!(!Target::AtMost(2.0).is_met(2.1));
+        assert!(!Target::Below(2.0).is_met(2.0));
+        assert!(Target::Below(2.0).is_met(1.9));
+        assert_eq!(Target::Below(0.05).format(Unit::Seconds), "< 50.00 ms");
+        assert_eq!(Target::AtMost(2.0).format(Unit::Ratio), "<= 2.00x");
+    }
+
+    #[test]
+    fn a_report_gathers_runs_per_figure() {
+        let mut report = Report::new("scenario");
+        for value in [1.0, 3.0, 2.0] {
+            report.add_run(vec![
+                Measure::new("a", Unit::Ratio, value),
+                Measure::new("b", Unit::Ratio, 10.0 * value).with_target(Target::AtMost(5.0)),
+            ]);
+        }
+        assert_eq!(report.series.len(), 2);
+        assert_eq!(report.series[0].values, [1.0, 3.0, 2.0]);
+        assert_eq!(report.series[1].median(), 20.0);
+        assert_eq!(report.series[1].target, Some(Target::AtMost(5.0)));
+    }
+}
