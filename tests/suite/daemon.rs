@@ -644,3 +644,49 @@ impl Drop for OwnerProcess {
         let _ = self.child.wait();
     }
 }
+
+// ----- request helpers shared by the wconfd tests -----
+
+/// A request `[[lock, action], ...]`.
+pub fn request(entries: &[(&str, &str)]) -> Value {
+    Value::Array(
+        entries
+            .iter()
+            .map(|(lock, action)| json!([lock, action]))
+            .collect(),
+    )
+}
+
+/// `tryUpdateLocks`, which must not fail: its blockers (`[]`: applied).
+pub fn try_update(client: &mut Client, owner: &OwnerProcess, entries: &[(&str, &str)]) -> Value {
+    client.ok("tryUpdateLocks", json!([owner.owner(), request(entries)]))
+}
+
+/// `updateLocksWaiting`, which must not fail: its blockers.
+pub fn update_waiting(
+    client: &mut Client,
+    owner: &OwnerProcess,
+    priority: i64,
+    entries: &[(&str, &str)],
+) -> Value {
+    client.ok(
+        "updateLocksWaiting",
+        json!([owner.owner(), priority, request(entries)]),
+    )
+}
+
+pub fn list_locks(client: &mut Client, owner: &OwnerProcess) -> Value {
+    client.ok("listLocks", json!([owner.owner()]))
+}
+
+pub fn pending(client: &mut Client, owner: &OwnerProcess) -> bool {
+    client
+        .ok("hasPendingRequest", json!([owner.owner()]))
+        .as_bool()
+        .expect("hasPendingRequest answers a bool")
+}
+
+/// `listLocksWaitingStatus`.
+pub fn status(client: &mut Client) -> Value {
+    client.ok("listLocksWaitingStatus", json!([]))
+}

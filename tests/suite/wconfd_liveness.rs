@@ -13,51 +13,12 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::{Value, json};
 
 use crate::daemon::{
-    Client, DEADLINE, OwnerProcess, Wconfd, elapsed_between, timing_guard, wait_until,
+    Client, DEADLINE, OwnerProcess, Wconfd, elapsed_between, list_locks, pending, request, status,
+    timing_guard, try_update, update_waiting, wait_until,
 };
 
 /// The SIGKILL-to-grant target of liveness.md.
 const DEATH_TO_GRANT_MAX: Duration = Duration::from_millis(50);
-
-fn request(entries: &[(&str, &str)]) -> Value {
-    Value::Array(
-        entries
-            .iter()
-            .map(|(lock, action)| json!([lock, action]))
-            .collect(),
-    )
-}
-
-fn try_update(client: &mut Client, owner: &OwnerProcess, entries: &[(&str, &str)]) -> Value {
-    client.ok("tryUpdateLocks", json!([owner.owner(), request(entries)]))
-}
-
-fn update_waiting(
-    client: &mut Client,
-    owner: &OwnerProcess,
-    priority: i64,
-    entries: &[(&str, &str)],
-) -> Value {
-    client.ok(
-        "updateLocksWaiting",
-        json!([owner.owner(), priority, request(entries)]),
-    )
-}
-
-fn list_locks(client: &mut Client, owner: &OwnerProcess) -> Value {
-    client.ok("listLocks", json!([owner.owner()]))
-}
-
-fn pending(client: &mut Client, owner: &OwnerProcess) -> bool {
-    client
-        .ok("hasPendingRequest", json!([owner.owner()]))
-        .as_bool()
-        .expect("a bool")
-}
-
-fn status(client: &mut Client) -> Value {
-    client.ok("listLocksWaitingStatus", json!([]))
-}
 
 fn spawn(wconfd: &Wconfd, ids: std::ops::RangeInclusive<u64>) -> Vec<OwnerProcess> {
     ids.map(|id| OwnerProcess::spawn(&wconfd.livelock_dir(), id))

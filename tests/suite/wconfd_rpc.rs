@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::daemon::{Client, OwnerProcess, Wconfd};
+use crate::daemon::{
+    Client, OwnerProcess, Wconfd, list_locks, pending, request, status, try_update, update_waiting,
+};
 
 /// wconfd on a fresh root, a client, and jobs 1..=`jobs` (J1 is `jobs[0]`).
 fn start(jobs: u64) -> (Wconfd, Client, Vec<OwnerProcess>) {
@@ -20,52 +22,9 @@ fn start(jobs: u64) -> (Wconfd, Client, Vec<OwnerProcess>) {
     (wconfd, client, owners)
 }
 
-/// A request `[[lock, action], ...]`.
-fn request(entries: &[(&str, &str)]) -> Value {
-    Value::Array(
-        entries
-            .iter()
-            .map(|(lock, action)| json!([lock, action]))
-            .collect(),
-    )
-}
-
-/// `tryUpdateLocks`, which must not fail: its blockers (`[]`: applied).
-fn try_update(client: &mut Client, owner: &OwnerProcess, entries: &[(&str, &str)]) -> Value {
-    client.ok("tryUpdateLocks", json!([owner.owner(), request(entries)]))
-}
-
-/// `updateLocksWaiting`, which must not fail: its blockers.
-fn update_waiting(
-    client: &mut Client,
-    owner: &OwnerProcess,
-    priority: i64,
-    entries: &[(&str, &str)],
-) -> Value {
-    client.ok(
-        "updateLocksWaiting",
-        json!([owner.owner(), priority, request(entries)]),
-    )
-}
-
-fn list_locks(client: &mut Client, owner: &OwnerProcess) -> Value {
-    client.ok("listLocks", json!([owner.owner()]))
-}
-
-fn pending(client: &mut Client, owner: &OwnerProcess) -> bool {
-    client
-        .ok("hasPendingRequest", json!([owner.owner()]))
-        .as_bool()
-        .expect("hasPendingRequest answers a bool")
-}
-
 /// The wire form of a list of owners.
 fn owners(list: &[&OwnerProcess]) -> Value {
     Value::Array(list.iter().map(|owner| owner.owner()).collect())
-}
-
-fn status(client: &mut Client) -> Value {
-    client.ok("listLocksWaitingStatus", json!([]))
 }
 
 /// The whole lock table must be this (`listAllLocksOwners`).
