@@ -131,6 +131,7 @@ impl FrameReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn frames_are_cut_at_etx_and_may_arrive_in_pieces() {
@@ -170,5 +171,67 @@ mod tests {
         reader.commit(len, 3);
         assert_eq!(reader.next_frame(), Ok(Some(b"x".to_vec())));
         assert_eq!(reader.buffered_bytes(), 1);
+    }
+
+    proptest! {
+        /// Whatever the chunking, the reader yields exactly the messages
+        /// sent, in order, and never holds more than the limit plus one.
+        #[test]
+        fn frames_survive_any_chunking(
+            messages in proptest::collection::vec(
+                proptest::collection::vec(0u8..=255, 0..300)
+                    .prop_map(|bytes| bytes.into_iter().filter(|byte| *byte != ETX).collect::<Vec<u8>>()),
+                0..20,
+            ),
+            cuts in proptest::collection::vec(1usize..700, 0..40),
+        ) {
+            let mut stream = Vec::new();
+            for message in &messages {
+                stream.extend_from_slice(message);
+                stream.push(ETX);
+            }
+            let mut reader = FrameReader::new(300);
+            let mut received = Vec::new();
+            let mut offset = 0;
+            let mut cuts = cuts.into_iter().cycle();
+            while offset < stream.len() {
+                let chunk = cuts.next().unwrap_or(stream.len()).min(stream.len() - offset);
+                let spare = reader.spare(chunk).expect("messages fit the limit");
+                let len = spare.len().min(chunk);
+                spare[..len].copy_from_slice(&stream[offset..offset + len]);
+                let spare_len = spare.len();
+                reader.commit(spare_len, len);
+                offset += len;
+                while let Some(frame) = reader.next_frame().expect("within the limit") {
+                    received.push(frame);
+                }
+                prop_assert!(reader.buffered_bytes() <= 301);
+            }
+            prop_assert_eq!(received, messages);
+        }
+
+        /// Bytes without an ETX past the limit are refused, never buffered.
+        #[test]
+        fn oversized_frames_are_refused(extra in 1usize..5000, limit in 1usize..2000) {
+            let mut reader = FrameReader::new(limit);
+            let mut fed = 0;
+            let mut refused = false;
+            while fed < limit + extra {
+                let Some(spare) = reader.spare(4096) else {
+                    break;
+                };
+                let len = spare.len().min(limit + extra - fed);
+                spare[..len].fill(b'x');
+                let spare_len = spare.len();
+                reader.commit(spare_len, len);
+                fed += len;
+                if reader.next_frame().is_err() {
+                    refused = true;
+                    break;
+                }
+            }
+            prop_assert!(refused || reader.next_frame().is_err());
+            prop_assert!(reader.buffered_bytes() <= limit + 1);
+        }
     }
 }
