@@ -705,7 +705,7 @@ impl Server {
                 Ok(json!([]))
             }
             R::WriteConfig { owner, config } => {
-                if self.manager.mode_held(&owner, &LockName::Config) != Some(Mode::Exclusive) {
+                if !self.holds_config_exclusively(&owner) {
                     Err(WireError::generic(
                         "Requested lock exclusive on the configuration missing",
                     ))
@@ -714,7 +714,7 @@ impl Server {
                 }
             }
             R::WriteConfigAndUnlock { owner, config } => {
-                if self.manager.mode_held(&owner, &LockName::Config) != Some(Mode::Exclusive) {
+                if !self.holds_config_exclusively(&owner) {
                     tracing::warn!(%owner, "writeConfigAndUnlock without holding the config lock");
                     Ok(json!(false))
                 } else {
@@ -795,6 +795,11 @@ impl Server {
         self.turn_granted.extend(outcome.granted().iter().cloned());
         self.turn_owners.push(Arc::new(op.owner().clone()));
         outcome
+    }
+
+    /// Whether `owner` may write the configuration.
+    fn holds_config_exclusively(&self, owner: &Owner) -> bool {
+        self.manager.mode_held(owner, &LockName::Config) == Some(Mode::Exclusive)
     }
 
     fn lock_config(&mut self, owner: Owner, shared: bool) -> Result<Value, WireError> {
