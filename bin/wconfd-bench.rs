@@ -11,7 +11,10 @@
 //! waits for it by connecting. Scenarios:
 //! - `throughput`: 1, 16 and 64 clients (one thread, connection and owner
 //!   each) loop acquire (`cluster/BGL` shared + `node/<own>` exclusive) and
-//!   release through `tryUpdateLocks`; lock RPCs per second.
+//!   release through `tryUpdateLocks`; lock RPCs per second. The same loop
+//!   runs first against a null server (this executable, answering every
+//!   frame at once without doing anything): the machine's ceiling in the
+//!   same run, so wconfd's figure can be read as a share of it.
 //! - `latency`: one client's round trips of the same RPCs, p50 and p99, next
 //!   to the cost of one small append + `fdatasync` on the same file system
 //!   (wconfd answers a change only once it is durable).
@@ -104,6 +107,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Invocation::HoldLivelock { dir, name } => hold_livelock(&dir, &name),
+        Invocation::NullServer { root } => null_server(&root),
         Invocation::Bench(options) => bench(&options),
     };
     match outcome {
@@ -174,6 +178,10 @@ enum Invocation {
         dir: PathBuf,
         name: String,
     },
+    /// Internal: be the null server of `throughput` (see [`null_server`]).
+    NullServer {
+        root: PathBuf,
+    },
 }
 
 struct Options {
@@ -194,6 +202,13 @@ impl Invocation {
             return Ok(Invocation::HoldLivelock {
                 dir: PathBuf::from(dir),
                 name: name.clone(),
+            });
+        }
+        if let [flag, root] = args.as_slice()
+            && flag == "--null-server"
+        {
+            return Ok(Invocation::NullServer {
+                root: PathBuf::from(root),
             });
         }
         let mut options = Options {
@@ -371,18 +386,37 @@ fn raise_descriptor_limit(wanted: u64) -> Result<()> {
 // Scenario: throughput
 
 fn throughput(bench: &Bench) -> Result<Vec<Measure>> {
+    let clients = bench.sizes.throughput_clients;
+    // The same loop against a server that does nothing, in the same run:
+    // what this machine allows right now.
+    let mut null = Wconfd::start_kind(bench, ServerKind::Null)?;
+    let ceilings = clients
+        .iter()
+        .map(|&count| lock_loop_rate(&null, count, "null", bench.sizes))
+        .collect::<Result<Vec<f64>>>()?;
+    null.stop()?;
     let mut wconfd = Wconfd::start(bench)?;
     let mut measures = Vec::new();
-    for clients in bench.sizes.throughput_clients {
-        let rate = lock_loop_rate(&wconfd, clients, "loop", bench.sizes)?;
+    for (&count, ceiling) in clients.iter().zip(ceilings) {
+        let rate = lock_loop_rate(&wconfd, count, "loop", bench.sizes)?;
         expect_lock_count(&wconfd, 0).context(|| "after the lock loop".to_owned())?;
-        let label = format!("lock RPCs, {}", counted(clients, "client"));
+        let label = format!("lock RPCs, {}", counted(count, "client"));
         let measure = Measure::new(label, Unit::PerSecond, rate);
-        measures.push(if THROUGHPUT_TARGET_CLIENTS.contains(&clients) {
+        measures.push(if THROUGHPUT_TARGET_CLIENTS.contains(&count) {
             measure.with_target(Target::AtLeast(THROUGHPUT_RPCS_PER_SECOND_MIN))
         } else {
             measure
         });
+        measures.push(Measure::new(
+            format!("null server, {}", counted(count, "client")),
+            Unit::PerSecond,
+            ceiling,
+        ));
+        measures.push(Measure::new(
+            format!("wconfd / null server, {}", counted(count, "client")),
+            Unit::Ratio,
+            rate / ceiling,
+        ));
     }
     wconfd.stop()?;
     Ok(measures)
@@ -813,9 +847,10 @@ impl Drop for Workspace {
     }
 }
 
-/// wconfd on a fresh root of its own. The daemon is killed and the root
-/// removed when this is dropped.
+/// wconfd (or the null server standing in for it) on a fresh root of its
+/// own. The daemon is killed and the root removed when this is dropped.
 struct Wconfd {
+    kind: ServerKind,
     binary: PathBuf,
     /// Holds the root and wconfd's log.
     dir: PathBuf,
@@ -826,9 +861,21 @@ struct Wconfd {
     child: Option<Child>,
 }
 
+/// What answers on the socket.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ServerKind {
+    Wconfd,
+    /// This executable's [`null_server`]: the machine's ceiling.
+    Null,
+}
+
 impl Wconfd {
     /// Starts wconfd on a fresh root and waits until it answers.
     fn start(bench: &Bench) -> Result<Wconfd> {
+        Wconfd::start_kind(bench, ServerKind::Wconfd)
+    }
+
+    fn start_kind(bench: &Bench, kind: ServerKind) -> Result<Wconfd> {
         let run = bench
             .workspace
             .next_run
@@ -836,8 +883,13 @@ impl Wconfd {
         let dir = bench.workspace.dir.join(format!("run-{run}"));
         let root = dir.join("root");
         fs::create_dir_all(&root).context(|| format!("cannot create {}", root.display()))?;
+        let binary = match kind {
+            ServerKind::Wconfd => bench.wconfd.clone(),
+            ServerKind::Null => bench.exe.clone(),
+        };
         let mut wconfd = Wconfd {
-            binary: bench.wconfd.clone(),
+            kind,
+            binary,
             socket: root.join(SOCKET_PATH),
             livelock_dir: root.join(LIVELOCK_DIR),
             log: dir.join("wconfd.log"),
@@ -859,8 +911,12 @@ impl Wconfd {
             .open(&self.log)
             .context(|| format!("cannot open {}", self.log.display()))?;
         let spawned = Instant::now();
+        let root_flag = match self.kind {
+            ServerKind::Wconfd => "--root",
+            ServerKind::Null => "--null-server",
+        };
         let child = Command::new(&self.binary)
-            .arg("--root")
+            .arg(root_flag)
             .arg(&self.root)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -897,7 +953,7 @@ impl Wconfd {
         };
         let echo = result_of(client.call(&request("echo", &json!(["ready?"])))?)?;
         let elapsed = spawned.elapsed();
-        if echo != json!("ready?") {
+        if echo != json!("ready?") && self.kind == ServerKind::Wconfd {
             return fail(format!("wconfd echoed {echo}, not \"ready?\""));
         }
         Ok(elapsed)
@@ -985,6 +1041,104 @@ fn expect_lock_count(wconfd: &Wconfd, count: usize) -> Result<()> {
         )),
         None => fail(format!("listAllLocks answered {locks}, not a list")),
     }
+}
+
+// ---------------------------------------------------------------------------
+// The null server: the machine's ceiling
+
+/// The reply of the null server to every frame: a granted lock update.
+const NULL_REPLY: &[u8] = b"{\"success\":true,\"result\":[]}\x03";
+
+/// How often the null server looks at its stop flag when idle.
+const NULL_SERVER_TICK: Duration = Duration::from_millis(50);
+
+/// Serves `root`'s wconfd socket doing nothing at all: every frame gets
+/// [`NULL_REPLY`] at once. One thread and one mio loop, as wconfd, so the
+/// lock loop against it measures what the machine's sockets, scheduler and
+/// this client cost before wconfd does any work. Stops on SIGTERM.
+fn null_server(root: &Path) -> Result<()> {
+    use mio::net::{UnixListener, UnixStream as MioStream};
+    use mio::{Events, Interest, Poll, Token};
+
+    const LISTENER: Token = Token(usize::MAX);
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&stop))
+        .context(|| "cannot handle SIGTERM".to_owned())?;
+    let path = root.join(SOCKET_PATH);
+    // The bench's owners keep their livelocks where wconfd's would be.
+    for dir in [
+        path.parent().expect("the socket has a directory"),
+        &root.join(LIVELOCK_DIR),
+    ] {
+        fs::create_dir_all(dir).context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let mut listener =
+        UnixListener::bind(&path).context(|| format!("cannot bind {}", path.display()))?;
+    let mut poll = Poll::new().context(|| "cannot create a poll".to_owned())?;
+    poll.registry()
+        .register(&mut listener, LISTENER, Interest::READABLE)
+        .context(|| "cannot watch the listener".to_owned())?;
+    // Per connection: the stream and the replies not yet written.
+    let mut connections: Vec<Option<(MioStream, Vec<u8>)>> = Vec::new();
+    let mut events = Events::with_capacity(1024);
+    let mut buffer = vec![0; 64 * 1024];
+    while !stop.load(Ordering::Relaxed) {
+        match poll.poll(&mut events, Some(NULL_SERVER_TICK)) {
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            other => other.context(|| "cannot poll".to_owned())?,
+        }
+        for event in &events {
+            if event.token() == LISTENER {
+                while let Ok((mut stream, _)) = listener.accept() {
+                    let token = Token(connections.len());
+                    poll.registry()
+                        .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+                        .context(|| "cannot watch a connection".to_owned())?;
+                    connections.push(Some((stream, Vec::new())));
+                }
+                continue;
+            }
+            let slot = &mut connections[event.token().0];
+            let Some((stream, pending)) = slot else {
+                continue;
+            };
+            let mut open = true;
+            loop {
+                match stream.read(&mut buffer) {
+                    Ok(0) => {
+                        open = false;
+                        break;
+                    }
+                    Ok(read) => {
+                        let frames = buffer[..read].iter().filter(|&&byte| byte == ETX).count();
+                        for _ in 0..frames {
+                            pending.extend_from_slice(NULL_REPLY);
+                        }
+                    }
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        open = false;
+                        break;
+                    }
+                }
+            }
+            while open && !pending.is_empty() {
+                match stream.write(pending) {
+                    Ok(written) => {
+                        pending.drain(..written);
+                    }
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => open = false,
+                }
+            }
+            if !open {
+                *slot = None;
+            }
+        }
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------
@@ -1169,7 +1323,8 @@ fn describe(scenario: Scenario, sizes: &Sizes) -> String {
         Scenario::Throughput => format!(
             "N clients (thread + connection + owner each) loop tryUpdateLocks \
              [cluster/BGL shared, node/<own> exclusive] then [both release];\n   \
-             every reply checked; lock RPCs/s over {window}; N = {}",
+             every reply checked; lock RPCs/s over {window}; N = {};\n   \
+             the same against a null server (answers every frame at once: the ceiling)",
             sizes.throughput_clients.map(|n| n.to_string()).join(", ")
         ),
         Scenario::Latency => format!(
