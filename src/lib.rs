@@ -10,11 +10,14 @@
 //! whole plan.
 
 pub mod bench;
+pub mod jobs;
 pub mod limits;
 pub mod liveness;
 pub mod locks;
 pub mod logging;
+pub mod luxid;
 pub mod protocol;
+pub mod queue;
 pub mod settings;
 pub mod store;
 pub mod sys;

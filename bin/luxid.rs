@@ -1,0 +1,30 @@
+//! luxid: the job queue daemon. Runs in the foreground, logs to stderr,
+//! stops on SIGTERM or SIGINT (running jobs go on; the next luxid adopts
+//! them). Needs a wconfd on the same root.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// The job queue daemon of warden.
+#[derive(Parser)]
+#[command(version)]
+struct Options {
+    /// Directory holding all state (socket/, queue/, livelocks/, ...).
+    #[arg(long, env = "WARDEN_ROOT")]
+    root: PathBuf,
+}
+
+fn main() -> ExitCode {
+    let options = Options::parse();
+    warden::logging::init();
+    match warden::luxid::run(&options.root) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("luxid: {error}");
+            eprintln!("luxid: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

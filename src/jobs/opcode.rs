@@ -1,0 +1,880 @@
+//! Opcodes: checking a submitted opcode (jobs.md "Opcodes"), the locks it
+//! takes, and the fields luxid adds at submit (reason, absolute
+//! dependencies).
+//!
+//! luxid calls [`parse`] on every opcode of a submission and refuses the
+//! whole job on the first error; the runner calls it again on the stored
+//! `input` to run it.
+
+use serde_json::Value;
+
+use super::{JobId, Status};
+use crate::locks::{LockName, Mode};
+
+pub const OP_TEST_DELAY: &str = "OP_TEST_DELAY";
+pub const OP_EXEC: &str = "OP_EXEC";
+
+/// The priorities accepted at submit (Ganeti's `OP_PRIO_SUBMIT_VALID`).
+pub const SUBMIT_PRIORITIES: [i64; 3] = [-10, 0, 10];
+
+/// A checked opcode.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Opcode {
+    pub common: Common,
+    pub kind: OpKind,
+}
+
+/// The fields every opcode has; missing ones take their defaults.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Common {
+    pub priority: i64,
+    pub depends: Vec<Dependency>,
+    pub comment: Option<String>,
+    /// `[source, text, timestamp_ns]` entries.
+    pub reason: Vec<Value>,
+    pub dry_run: bool,
+    pub debug_level: i64,
+}
+
+/// One entry of `depends`: a job (negative: relative, before resolution)
+/// and the final statuses it may end with (empty: any but `canceled`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dependency {
+    pub job: i64,
+    pub statuses: Vec<Status>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum OpKind {
+    TestDelay(TestDelay),
+    Exec(Exec),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TestDelay {
+    pub duration: f64,
+    pub on_master: bool,
+    pub on_nodes: Vec<String>,
+    pub repeat: u64,
+    pub interruptible: bool,
+    pub no_locks: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Exec {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<String>,
+    pub timeout: Option<f64>,
+    pub locks: Vec<(LockName, Mode)>,
+    pub stdin: Option<String>,
+}
+
+/// Why a submitted opcode is refused; luxid answers it as
+/// `["OpPrereqError", [message, "wrong_input"]]`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct OpcodeError(pub String);
+
+/// Checks one submitted opcode: a JSON object with a known `OP_ID`, every
+/// field of the right type, the common fields valid (`priority` one of
+/// [`SUBMIT_PRIORITIES`], `depends` well formed with known statuses).
+/// `OP_TEST_DELAY`'s `duration > 0` is *not* checked here (Ganeti checks
+/// it when the opcode runs).
+///
+/// Fields: every field an opcode may carry is known, and any other field is
+/// refused (a misspelt field would otherwise be silently ignored):
+/// - common to both (Ganeti's `OpCode.OP_PARAMS`): `OP_ID`, `priority`,
+///   `depends`, `comment`, `reason`, `dry_run`, `debug_level`; `null`
+///   stands for the default of each, as Ganeti's client sends `null` for
+///   `comment`, `dry_run`, `debug_level` and `depends`;
+/// - `OP_TEST_DELAY`: exactly what Ganeti 3.0's `OpTestDelay` serialises:
+///   `duration` (required), `on_master`, `on_nodes`, `on_node_uuids`
+///   (accepted and checked as Ganeti's type, `null` or a list of non-empty
+///   strings, then ignored: there are no node UUIDs here), `repeat`,
+///   `interruptible`, `no_locks`;
+/// - `OP_EXEC`: `argv` (required), `env`, `cwd`, `timeout`, `locks`,
+///   `stdin`; `null` stands for the default of each optional field.
+///
+/// Defaults follow Ganeti 3.0's `OpTestDelay`: `on_master` true,
+/// `on_nodes` empty, `repeat` 0, `interruptible` false, `no_locks` true.
+pub fn parse(input: &Value) -> Result<Opcode, OpcodeError> {
+    let Value::Object(fields) = input else {
+        return Err(OpcodeError("An opcode must be a JSON object".to_owned()));
+    };
+    let op_id = match fields.get("OP_ID") {
+        Some(Value::String(op_id)) => op_id.as_str(),
+        Some(_) => {
+            return Err(OpcodeError(
+                "Opcode field 'OP_ID' is not a string".to_owned(),
+            ));
+        }
+        None => return Err(OpcodeError("Opcode has no field 'OP_ID'".to_owned())),
+    };
+    let (op_id, own_fields): (&'static str, &[&str]) = match op_id {
+        OP_TEST_DELAY => (OP_TEST_DELAY, &TEST_DELAY_FIELDS),
+        OP_EXEC => (OP_EXEC, &EXEC_FIELDS),
+        other => {
+            return Err(OpcodeError(format!("Unknown opcode '{}'", quoted(other))));
+        }
+    };
+    let fields = Fields { op_id, fields };
+    for name in fields.fields.keys() {
+        let name = name.as_str();
+        if name != "OP_ID" && !COMMON_FIELDS.contains(&name) && !own_fields.contains(&name) {
+            return Err(OpcodeError(format!(
+                "Parameter '{op_id}.{}' is unknown",
+                quoted(name)
+            )));
+        }
+    }
+    let common = parse_common(&fields)?;
+    let kind = match op_id {
+        OP_TEST_DELAY => OpKind::TestDelay(parse_test_delay(&fields)?),
+        _ => OpKind::Exec(parse_exec(&fields)?),
+    };
+    Ok(Opcode { common, kind })
+}
+
+/// The fields of Ganeti's `OpCode` base class, which every opcode has.
+const COMMON_FIELDS: [&str; 6] = [
+    "priority",
+    "depends",
+    "comment",
+    "reason",
+    "dry_run",
+    "debug_level",
+];
+
+/// The fields of Ganeti 3.0's `OpTestDelay`.
+const TEST_DELAY_FIELDS: [&str; 7] = [
+    "duration",
+    "on_master",
+    "on_nodes",
+    "on_node_uuids",
+    "repeat",
+    "interruptible",
+    "no_locks",
+];
+
+const EXEC_FIELDS: [&str; 6] = ["argv", "env", "cwd", "timeout", "locks", "stdin"];
+
+/// Longest `OP_EXEC` timeout accepted, in seconds (a year): longer is no
+/// timeout in practice, and `null` says so plainly.
+pub const EXEC_TIMEOUT_SECS_MAX: f64 = 365.0 * 24.0 * 3600.0;
+
+/// Error texts quote at most this many characters of a submitted string.
+const QUOTED_CHARS_MAX: usize = 100;
+
+fn quoted(text: &str) -> String {
+    match text.char_indices().nth(QUOTED_CHARS_MAX) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+/// The fields of one opcode, with errors naming the opcode and the field
+/// the way Ganeti does (`Parameter 'OP_TEST_DELAY.duration' ...`).
+struct Fields<'a> {
+    op_id: &'static str,
+    fields: &'a serde_json::Map<String, Value>,
+}
+
+impl<'a> Fields<'a> {
+    /// The field's value; `None` when it is missing or `null`.
+    fn get(&self, name: &str) -> Option<&'a Value> {
+        self.fields.get(name).filter(|value| !value.is_null())
+    }
+
+    fn bad(&self, name: &str, what: impl std::fmt::Display) -> OpcodeError {
+        OpcodeError(format!(
+            "Parameter '{}.{name}' fails validation: {what}",
+            self.op_id
+        ))
+    }
+
+    fn required(&self, name: &str) -> Result<&'a Value, OpcodeError> {
+        self.get(name)
+            .ok_or_else(|| self.bad(name, "it is required"))
+    }
+
+    fn bool_or(&self, name: &str, default: bool) -> Result<bool, OpcodeError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(value) => value
+                .as_bool()
+                .ok_or_else(|| self.bad(name, "must be a boolean")),
+        }
+    }
+
+    fn string(&self, name: &str) -> Result<Option<String>, OpcodeError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Value::String(text)) => Ok(Some(text.clone())),
+            Some(_) => Err(self.bad(name, "must be a string")),
+        }
+    }
+
+    /// A string handed to the operating system: no NUL byte.
+    fn os_string(&self, name: &str, value: &Value) -> Result<String, OpcodeError> {
+        match value {
+            Value::String(text) if !text.contains('\0') => Ok(text.clone()),
+            Value::String(_) => Err(self.bad(name, "must not contain a NUL character")),
+            _ => Err(self.bad(name, "must be a string")),
+        }
+    }
+
+    fn list(&self, name: &str) -> Result<&'a [Value], OpcodeError> {
+        match self.get(name) {
+            None => Ok(&[]),
+            Some(Value::Array(items)) => Ok(items),
+            Some(_) => Err(self.bad(name, "must be a list")),
+        }
+    }
+
+    fn number(&self, value: &Value, name: &str) -> Result<f64, OpcodeError> {
+        value
+            .as_f64()
+            .filter(|number| number.is_finite())
+            .ok_or_else(|| self.bad(name, "must be a number"))
+    }
+}
+
+fn parse_common(fields: &Fields<'_>) -> Result<Common, OpcodeError> {
+    let priority = match fields.get("priority") {
+        None => 0,
+        Some(value) => value
+            .as_i64()
+            .filter(|priority| SUBMIT_PRIORITIES.contains(priority))
+            .ok_or_else(|| {
+                fields.bad(
+                    "priority",
+                    format!("must be one of {SUBMIT_PRIORITIES:?}, got {value}"),
+                )
+            })?,
+    };
+    let depends = fields
+        .list("depends")?
+        .iter()
+        .map(|entry| parse_dependency(fields, entry))
+        .collect::<Result<_, _>>()?;
+    let comment = fields.string("comment")?;
+    let reason = fields.list("reason")?.to_vec();
+    let dry_run = fields.bool_or("dry_run", false)?;
+    let debug_level = match fields.get("debug_level") {
+        None => 0,
+        Some(value) => value
+            .as_i64()
+            .filter(|level| *level >= 0)
+            .ok_or_else(|| fields.bad("debug_level", "must be a non-negative integer"))?,
+    };
+    Ok(Common {
+        priority,
+        depends,
+        comment,
+        reason,
+        dry_run,
+        debug_level,
+    })
+}
+
+/// `[job_id, [status, ...]]`: a job id is an integer (negative: relative)
+/// or, as Ganeti also accepts, a string of digits; the statuses are final
+/// ones.
+fn parse_dependency(fields: &Fields<'_>, entry: &Value) -> Result<Dependency, OpcodeError> {
+    let bad = |what: &str| fields.bad("depends", what);
+    let Some([job, statuses]) = entry.as_array().map(Vec::as_slice) else {
+        return Err(bad("each entry must be [job_id, [status, ...]]"));
+    };
+    let job = match job {
+        Value::Number(number) => number.as_i64(),
+        Value::String(digits)
+            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            digits.parse().ok()
+        }
+        _ => None,
+    }
+    .ok_or_else(|| bad("a job id must be an integer"))?;
+    let statuses = statuses
+        .as_array()
+        .ok_or_else(|| bad("the statuses of an entry must be a list"))?
+        .iter()
+        .map(|status| {
+            status
+                .as_str()
+                .and_then(Status::parse)
+                .filter(|status| status.is_final())
+                .ok_or_else(|| bad("a status must be one of \"canceled\", \"error\", \"success\""))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Dependency { job, statuses })
+}
+
+fn parse_test_delay(fields: &Fields<'_>) -> Result<TestDelay, OpcodeError> {
+    let duration = fields.number(fields.required("duration")?, "duration")?;
+    let on_master = fields.bool_or("on_master", true)?;
+    let on_nodes = fields
+        .list("on_nodes")?
+        .iter()
+        .map(|node| match node.as_str() {
+            Some(name) if node_lock(name).is_some() => Ok(name.to_owned()),
+            _ => Err(fields.bad("on_nodes", "each entry must be a node name")),
+        })
+        .collect::<Result<_, _>>()?;
+    for uuid in fields.list("on_node_uuids")? {
+        if uuid.as_str().is_none_or(str::is_empty) {
+            return Err(fields.bad("on_node_uuids", "each entry must be a non-empty string"));
+        }
+    }
+    let repeat = match fields.get("repeat") {
+        None => 0,
+        Some(value) => value
+            .as_u64()
+            .ok_or_else(|| fields.bad("repeat", "must be a non-negative integer"))?,
+    };
+    Ok(TestDelay {
+        duration,
+        on_master,
+        on_nodes,
+        repeat,
+        interruptible: fields.bool_or("interruptible", false)?,
+        no_locks: fields.bool_or("no_locks", true)?,
+    })
+}
+
+/// `node/<name>`, if `name` names a node (not the node group lock).
+fn node_lock(name: &str) -> Option<LockName> {
+    match LockName::parse(&format!("node/{name}")) {
+        Ok(lock @ LockName::Node(_)) => Some(lock),
+        _ => None,
+    }
+}
+
+fn parse_exec(fields: &Fields<'_>) -> Result<Exec, OpcodeError> {
+    let argv = match fields.required("argv")? {
+        Value::Array(items) if !items.is_empty() => items
+            .iter()
+            .map(|item| fields.os_string("argv", item))
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => return Err(fields.bad("argv", "must be a non-empty list of strings")),
+    };
+    if argv[0].is_empty() {
+        return Err(fields.bad("argv", "the program name must not be empty"));
+    }
+    let env = match fields.get("env") {
+        None => Vec::new(),
+        Some(Value::Object(variables)) => variables
+            .iter()
+            .map(|(name, value)| {
+                if name.is_empty() || name.contains(['=', '\0']) {
+                    return Err(
+                        fields.bad("env", format!("'{}' is not a variable name", quoted(name)))
+                    );
+                }
+                Ok((name.clone(), fields.os_string("env", value)?))
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(fields.bad("env", "must be an object of strings")),
+    };
+    let cwd = match fields.get("cwd") {
+        None => None,
+        Some(value) => Some(fields.os_string("cwd", value)?).filter(|cwd| !cwd.is_empty()),
+    };
+    if fields.get("cwd").is_some() && cwd.is_none() {
+        return Err(fields.bad("cwd", "must not be empty"));
+    }
+    let timeout = match fields.get("timeout") {
+        None => None,
+        Some(value) => Some(
+            fields
+                .number(value, "timeout")
+                .ok()
+                .filter(|seconds| *seconds > 0.0 && *seconds <= EXEC_TIMEOUT_SECS_MAX)
+                .ok_or_else(|| {
+                    fields.bad(
+                        "timeout",
+                        format!("must be a positive number of seconds up to {EXEC_TIMEOUT_SECS_MAX}, or null"),
+                    )
+                })?,
+        ),
+    };
+    let mut locks: Vec<(LockName, Mode)> = Vec::new();
+    for entry in fields.list("locks")? {
+        let (lock, mode) = crate::protocol::wconfd::decode_lock_mode(entry)
+            .map_err(|what| fields.bad("locks", format!("an entry {what}")))?;
+        if lock.level() == crate::locks::Level::Cluster || lock == LockName::Config {
+            return Err(fields.bad(
+                "locks",
+                format!("'{lock}' cannot be asked for (the runner takes cluster/BGL itself)"),
+            ));
+        }
+        if locks.iter().any(|(held, _)| *held == lock) {
+            return Err(fields.bad("locks", format!("'{lock}' is named twice")));
+        }
+        locks.push((lock, mode));
+    }
+    let stdin = fields.string("stdin")?;
+    Ok(Exec {
+        argv,
+        env,
+        cwd,
+        timeout,
+        locks,
+        stdin,
+    })
+}
+
+impl Opcode {
+    /// The opcode's own locks (the runner adds `cluster/BGL` shared):
+    /// `node/<name>` exclusive for each of `on_nodes` unless `no_locks`;
+    /// `OP_EXEC`'s `locks`.
+    pub fn locks(&self) -> Vec<(LockName, Mode)> {
+        match &self.kind {
+            OpKind::TestDelay(delay) if delay.no_locks => Vec::new(),
+            OpKind::TestDelay(delay) => {
+                let mut locks: Vec<(LockName, Mode)> = Vec::new();
+                for name in &delay.on_nodes {
+                    let lock = node_lock(name).expect("parse checked every name of on_nodes");
+                    if !locks.iter().any(|(held, _)| *held == lock) {
+                        locks.push((lock, Mode::Exclusive));
+                    }
+                }
+                locks
+            }
+            OpKind::Exec(exec) => exec.locks.clone(),
+        }
+    }
+
+    /// The opcode's `OP_ID`.
+    pub fn op_id(&self) -> &'static str {
+        match self.kind {
+            OpKind::TestDelay(_) => OP_TEST_DELAY,
+            OpKind::Exec(_) => OP_EXEC,
+        }
+    }
+}
+
+/// `input` with luxid's reason entry appended:
+/// `["gnt:opcode:<op_id lowercased without OP_>", "job=<id>;index=<i>", <ns>]`.
+///
+/// `input` is an opcode [`parse`] accepted; a missing or `null` `reason`
+/// becomes a list holding only the new entry.
+pub fn with_submit_reason(input: &Value, job: JobId, index: usize, now_ns: u128) -> Value {
+    let mut output = input.clone();
+    let Value::Object(fields) = &mut output else {
+        return output;
+    };
+    let op_id = fields.get("OP_ID").and_then(Value::as_str).unwrap_or("");
+    let short = op_id.strip_prefix("OP_").unwrap_or(op_id).to_lowercase();
+    // Nanoseconds since the epoch fit 64 bits until the year 2554.
+    let now_ns = u64::try_from(now_ns).unwrap_or(u64::MAX);
+    let entry = serde_json::json!([
+        format!("gnt:opcode:{short}"),
+        format!("job={job};index={index}"),
+        now_ns
+    ]);
+    match fields.get_mut("reason") {
+        Some(Value::Array(trail)) => trail.push(entry),
+        _ => {
+            fields.insert("reason".to_owned(), Value::Array(vec![entry]));
+        }
+    }
+    output
+}
+
+/// `input` with relative dependencies (negative ids) replaced by absolute
+/// ones, relative to `job` (`-1` is `job - 1`). A dependency that resolves
+/// to an id < 1 or to `job` itself is an error.
+///
+/// `input` is an opcode [`parse`] accepted; every id of the output is an
+/// integer (a string of digits becomes the number it spells).
+pub fn with_absolute_dependencies(input: &Value, job: JobId) -> Result<Value, OpcodeError> {
+    let parsed = parse(input)?;
+    if parsed.common.depends.is_empty() {
+        return Ok(input.clone());
+    }
+    let this = i64::try_from(job).map_err(|_| OpcodeError(format!("Job id {job} is too large")))?;
+    let mut absolute = Vec::with_capacity(parsed.common.depends.len());
+    for dependency in &parsed.common.depends {
+        let id = if dependency.job < 0 {
+            this.saturating_add(dependency.job)
+        } else {
+            dependency.job
+        };
+        if id < 1 {
+            return Err(OpcodeError(format!(
+                "Dependency on job {} resolves to job {id}, which cannot exist",
+                dependency.job
+            )));
+        }
+        if id == this {
+            return Err(OpcodeError(format!(
+                "Dependency on job {} is the job itself",
+                dependency.job
+            )));
+        }
+        let statuses: Vec<&str> = dependency.statuses.iter().map(|s| s.name()).collect();
+        absolute.push(serde_json::json!([id, statuses]));
+    }
+    let mut output = input.clone();
+    if let Value::Object(fields) = &mut output {
+        fields.insert("depends".to_owned(), Value::Array(absolute));
+    }
+    Ok(output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// What Ganeti 3.0's client sends for
+    /// `opcodes.OpTestDelay(duration=0.5, on_master=False)`
+    /// (`__getstate__`).
+    fn ganeti_test_delay() -> Value {
+        json!({
+            "duration": 0.5, "on_master": false, "on_nodes": [],
+            "on_node_uuids": null, "repeat": 0, "interruptible": false,
+            "no_locks": true, "dry_run": null, "debug_level": null,
+            "priority": 0, "depends": null, "comment": null, "reason": [],
+            "OP_ID": "OP_TEST_DELAY"
+        })
+    }
+
+    fn error_of(input: Value) -> String {
+        parse(&input).expect_err("refused").0
+    }
+
+    #[test]
+    fn ganetis_test_delay_parses() {
+        let op = parse(&ganeti_test_delay()).unwrap();
+        assert_eq!(
+            op,
+            Opcode {
+                common: Common {
+                    priority: 0,
+                    depends: vec![],
+                    comment: None,
+                    reason: vec![],
+                    dry_run: false,
+                    debug_level: 0,
+                },
+                kind: OpKind::TestDelay(TestDelay {
+                    duration: 0.5,
+                    on_master: false,
+                    on_nodes: vec![],
+                    repeat: 0,
+                    interruptible: false,
+                    no_locks: true,
+                }),
+            }
+        );
+        assert_eq!(op.op_id(), OP_TEST_DELAY);
+        assert!(op.locks().is_empty());
+    }
+
+    #[test]
+    fn missing_fields_take_ganetis_defaults() {
+        let op = parse(&json!({"OP_ID": "OP_TEST_DELAY", "duration": 2})).unwrap();
+        let OpKind::TestDelay(delay) = op.kind else {
+            panic!("not a delay")
+        };
+        assert_eq!(delay.duration, 2.0);
+        assert!(delay.on_master);
+        assert!(delay.on_nodes.is_empty());
+        assert_eq!(delay.repeat, 0);
+        assert!(!delay.interruptible);
+        assert!(delay.no_locks);
+        assert_eq!(op.common.priority, 0);
+    }
+
+    #[test]
+    fn duration_is_not_checked_for_sign_at_submit() {
+        for duration in [0.0, -1.0] {
+            parse(&json!({"OP_ID": "OP_TEST_DELAY", "duration": duration})).unwrap();
+        }
+    }
+
+    #[test]
+    fn test_delay_locks_its_nodes_unless_no_locks() {
+        let input =
+            json!({"OP_ID": "OP_TEST_DELAY", "duration": 1, "on_nodes": ["n1", "n2", "n1"]});
+        assert!(parse(&input).unwrap().locks().is_empty());
+        let mut input = input;
+        input["no_locks"] = json!(false);
+        let locks = parse(&input).unwrap().locks();
+        assert_eq!(
+            locks,
+            vec![
+                (LockName::parse("node/n1").unwrap(), Mode::Exclusive),
+                (LockName::parse("node/n2").unwrap(), Mode::Exclusive),
+            ]
+        );
+    }
+
+    #[test]
+    fn wrong_types_name_the_field() {
+        let delay = |field: &str, value: Value| {
+            let mut input = ganeti_test_delay();
+            input[field] = value;
+            input
+        };
+        let cases = [
+            (json!([]), "JSON object"),
+            (json!({"duration": 1}), "no field 'OP_ID'"),
+            (json!({"OP_ID": 7}), "'OP_ID' is not a string"),
+            (
+                json!({"OP_ID": "OP_CLUSTER_DESTROY"}),
+                "Unknown opcode 'OP_CLUSTER_DESTROY'",
+            ),
+            (
+                json!({"OP_ID": "OP_TEST_DELAY"}),
+                "'OP_TEST_DELAY.duration' fails validation: it is required",
+            ),
+            (delay("duration", json!("1")), "'OP_TEST_DELAY.duration'"),
+            (delay("on_master", json!(1)), "'OP_TEST_DELAY.on_master'"),
+            (delay("on_nodes", json!("n1")), "'OP_TEST_DELAY.on_nodes'"),
+            (delay("on_nodes", json!([""])), "'OP_TEST_DELAY.on_nodes'"),
+            (
+                delay("on_nodes", json!(["[lockset]"])),
+                "'OP_TEST_DELAY.on_nodes'",
+            ),
+            (
+                delay("on_node_uuids", json!([""])),
+                "'OP_TEST_DELAY.on_node_uuids'",
+            ),
+            (delay("repeat", json!(-1)), "'OP_TEST_DELAY.repeat'"),
+            (delay("repeat", json!(1.5)), "'OP_TEST_DELAY.repeat'"),
+            (
+                delay("interruptible", json!("yes")),
+                "'OP_TEST_DELAY.interruptible'",
+            ),
+            (delay("no_locks", json!(0)), "'OP_TEST_DELAY.no_locks'"),
+            (delay("priority", json!(5)), "'OP_TEST_DELAY.priority'"),
+            (delay("priority", json!("0")), "'OP_TEST_DELAY.priority'"),
+            (delay("comment", json!(1)), "'OP_TEST_DELAY.comment'"),
+            (delay("reason", json!("why")), "'OP_TEST_DELAY.reason'"),
+            (delay("dry_run", json!("no")), "'OP_TEST_DELAY.dry_run'"),
+            (
+                delay("debug_level", json!(-1)),
+                "'OP_TEST_DELAY.debug_level'",
+            ),
+            (delay("depends", json!({})), "'OP_TEST_DELAY.depends'"),
+            (delay("depends", json!([[1]])), "'OP_TEST_DELAY.depends'"),
+            (
+                delay("depends", json!([[1.5, []]])),
+                "'OP_TEST_DELAY.depends'",
+            ),
+            (
+                delay("depends", json!([[1, "success"]])),
+                "'OP_TEST_DELAY.depends'",
+            ),
+            (
+                delay("depends", json!([[1, ["running"]]])),
+                "'OP_TEST_DELAY.depends'",
+            ),
+            (
+                delay("depends", json!([[1, ["done"]]])),
+                "'OP_TEST_DELAY.depends'",
+            ),
+            (
+                delay("ponies", json!(1)),
+                "'OP_TEST_DELAY.ponies' is unknown",
+            ),
+        ];
+        for (input, expected) in cases {
+            let error = error_of(input.clone());
+            assert!(error.contains(expected), "{input}: {error}");
+        }
+    }
+
+    fn exec(fields: Value) -> Value {
+        let mut input = json!({"OP_ID": "OP_EXEC", "argv": ["/bin/true"]});
+        for (name, value) in fields.as_object().unwrap() {
+            input[name] = value.clone();
+        }
+        input
+    }
+
+    #[test]
+    fn exec_parses_every_field() {
+        let op = parse(&exec(json!({
+            "argv": ["/bin/sh", "-c", "echo hi"],
+            "env": {"A": "1", "B": ""},
+            "cwd": "/tmp",
+            "timeout": 2.5,
+            "locks": [["node/n1", "exclusive"], ["instance/i1", "shared"]],
+            "stdin": "data",
+            "priority": -10,
+            "depends": [[-1, ["success", "error"]], ["7", []]],
+            "comment": "why",
+            "reason": [["user", "text", 1]],
+        })))
+        .unwrap();
+        let node = LockName::parse("node/n1").unwrap();
+        let instance = LockName::parse("instance/i1").unwrap();
+        assert_eq!(
+            op.kind,
+            OpKind::Exec(Exec {
+                argv: vec!["/bin/sh".into(), "-c".into(), "echo hi".into()],
+                env: vec![("A".into(), "1".into()), ("B".into(), "".into())],
+                cwd: Some("/tmp".into()),
+                timeout: Some(2.5),
+                locks: vec![
+                    (node.clone(), Mode::Exclusive),
+                    (instance.clone(), Mode::Shared)
+                ],
+                stdin: Some("data".into()),
+            })
+        );
+        assert_eq!(
+            op.locks(),
+            vec![(node, Mode::Exclusive), (instance, Mode::Shared)]
+        );
+        assert_eq!(op.common.priority, -10);
+        assert_eq!(
+            op.common.depends,
+            vec![
+                Dependency {
+                    job: -1,
+                    statuses: vec![Status::Success, Status::Error]
+                },
+                Dependency {
+                    job: 7,
+                    statuses: vec![]
+                },
+            ]
+        );
+        assert_eq!(op.common.comment.as_deref(), Some("why"));
+        assert_eq!(op.common.reason.len(), 1);
+    }
+
+    #[test]
+    fn exec_nulls_are_defaults() {
+        let op = parse(&exec(json!({
+            "env": null, "cwd": null, "timeout": null, "locks": null, "stdin": null
+        })))
+        .unwrap();
+        let OpKind::Exec(exec) = op.kind else {
+            panic!("not an exec")
+        };
+        assert!(exec.env.is_empty() && exec.locks.is_empty());
+        assert_eq!((exec.cwd, exec.timeout, exec.stdin), (None, None, None));
+    }
+
+    #[test]
+    fn exec_refuses_bad_fields_naming_them() {
+        let cases = [
+            (
+                json!({"OP_ID": "OP_EXEC"}),
+                "'OP_EXEC.argv' fails validation: it is required",
+            ),
+            (exec(json!({"argv": []})), "'OP_EXEC.argv'"),
+            (exec(json!({"argv": "/bin/true"})), "'OP_EXEC.argv'"),
+            (exec(json!({"argv": ["/bin/echo", 1]})), "'OP_EXEC.argv'"),
+            (exec(json!({"argv": [""]})), "'OP_EXEC.argv'"),
+            (
+                exec(json!({"argv": ["/bin/echo", "a\u{0}b"]})),
+                "'OP_EXEC.argv'",
+            ),
+            (exec(json!({"env": ["A=1"]})), "'OP_EXEC.env'"),
+            (exec(json!({"env": {"A": 1}})), "'OP_EXEC.env'"),
+            (exec(json!({"env": {"A=B": "1"}})), "'OP_EXEC.env'"),
+            (exec(json!({"env": {"": "1"}})), "'OP_EXEC.env'"),
+            (exec(json!({"cwd": 1})), "'OP_EXEC.cwd'"),
+            (exec(json!({"cwd": ""})), "'OP_EXEC.cwd'"),
+            (exec(json!({"timeout": 0})), "'OP_EXEC.timeout'"),
+            (exec(json!({"timeout": -1})), "'OP_EXEC.timeout'"),
+            (exec(json!({"timeout": "1"})), "'OP_EXEC.timeout'"),
+            (exec(json!({"timeout": 1e12})), "'OP_EXEC.timeout'"),
+            (exec(json!({"locks": {}})), "'OP_EXEC.locks'"),
+            (exec(json!({"locks": ["node/n1"]})), "'OP_EXEC.locks'"),
+            (
+                exec(json!({"locks": [["node/n1", "release"]]})),
+                "'OP_EXEC.locks'",
+            ),
+            (
+                exec(json!({"locks": [["nodes/n1", "shared"]]})),
+                "'OP_EXEC.locks'",
+            ),
+            (
+                exec(json!({"locks": [["cluster/BGL", "shared"]]})),
+                "'OP_EXEC.locks'",
+            ),
+            (
+                exec(json!({"locks": [["cluster/[lockset]", "shared"]]})),
+                "'OP_EXEC.locks'",
+            ),
+            (
+                exec(json!({"locks": [["cluster/config", "shared"]]})),
+                "'OP_EXEC.locks'",
+            ),
+            (
+                exec(json!({"locks": [["node/n1", "shared"], ["node/n1", "exclusive"]]})),
+                "'OP_EXEC.locks'",
+            ),
+            (exec(json!({"stdin": ["x"]})), "'OP_EXEC.stdin'"),
+            (
+                exec(json!({"duration": 1})),
+                "'OP_EXEC.duration' is unknown",
+            ),
+        ];
+        for (input, expected) in cases {
+            let error = error_of(input.clone());
+            assert!(error.contains(expected), "{input}: {error}");
+        }
+    }
+
+    #[test]
+    fn group_locks_may_be_asked_for() {
+        let op = parse(&exec(json!({"locks": [["node/[lockset]", "shared"]]}))).unwrap();
+        assert_eq!(op.locks(), vec![(LockName::NodeSet, Mode::Shared)]);
+    }
+
+    #[test]
+    fn submit_reason_is_appended() {
+        let mut input = ganeti_test_delay();
+        input["reason"] = json!([["gnt:client:gnt-debug", "delay", 1]]);
+        let output = with_submit_reason(&input, 42, 3, 1_700_000_000_000_000_123);
+        assert_eq!(
+            output["reason"],
+            json!([
+                ["gnt:client:gnt-debug", "delay", 1],
+                [
+                    "gnt:opcode:test_delay",
+                    "job=42;index=3",
+                    1_700_000_000_000_000_123u64
+                ]
+            ])
+        );
+        let bare = with_submit_reason(&exec(json!({})), 1, 0, 5);
+        assert_eq!(
+            bare["reason"],
+            json!([["gnt:opcode:exec", "job=1;index=0", 5]])
+        );
+        parse(&bare).unwrap();
+    }
+
+    #[test]
+    fn relative_dependencies_become_absolute() {
+        let input = exec(json!({"depends": [[-1, ["success"]], [3, []], ["2", ["error"]]]}));
+        let output = with_absolute_dependencies(&input, 10).unwrap();
+        assert_eq!(
+            output["depends"],
+            json!([[9, ["success"]], [3, []], [2, ["error"]]])
+        );
+        assert_eq!(output["argv"], input["argv"]);
+        let plain = exec(json!({}));
+        assert_eq!(with_absolute_dependencies(&plain, 10).unwrap(), plain);
+    }
+
+    #[test]
+    fn dependencies_on_no_job_or_on_itself_are_refused() {
+        for (depends, job) in [(-1, 1), (-5, 3), (0, 3), (3, 3)] {
+            let input = exec(json!({"depends": [[depends, []]]}));
+            let error = with_absolute_dependencies(&input, job).expect_err("refused");
+            assert!(error.0.contains("Dependency on job"), "{error}");
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! luxid, the job queue daemon (jobs.md): start-up (settings, the queue
+//! and its lock, recovery of jobs whose runner died while luxid was down,
+//! the socket) and the event loop of [`server`].
+//!
+//! Start-up order matters: jobs whose runner died are marked `error`
+//! *before* the socket is bound, so a client that can connect never sees a
+//! dead job as running ("connect succeeds" means "ready").
+
+mod server;
+
+use std::fs::{self, DirBuilder};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::liveness::{self, Livelock};
+use crate::queue::{Queue, QueueError};
+use crate::settings::{Settings, SettingsError};
+use crate::store::StoreError;
+
+pub use server::Server;
+
+/// Socket path under the root.
+pub const SOCKET_PATH: &str = "socket/luxid.sock";
+/// The runner's executable name, looked up beside luxid's own.
+pub const RUNNER_NAME: &str = "job-runner";
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+}
+
+fn io_error<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> DaemonError + 'a {
+    move |source| DaemonError::Io {
+        what,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Runs luxid on `root` until SIGTERM or SIGINT.
+pub fn run(root: &Path) -> Result<(), DaemonError> {
+    start(root)?.serve()
+}
+
+/// Everything before serving: returns a server whose socket accepts.
+pub fn start(root: &Path) -> Result<Server, DaemonError> {
+    make_dir(root, 0o750)?;
+    let root = &root
+        .canonicalize()
+        .map_err(io_error("cannot resolve the root", root))?;
+    let settings = Settings::load(root)?;
+    make_dir(&root.join("socket"), 0o750)?;
+    let livelock_dir = root.join(crate::wconfd::LIVELOCK_DIR);
+    make_dir(&livelock_dir, 0o770)?;
+    let runner = match &settings.luxid.runner_path {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()
+            .map_err(io_error("cannot find luxid's executable", Path::new("-")))?
+            .with_file_name(RUNNER_NAME),
+    };
+    if !runner.is_file() {
+        return Err(DaemonError::Io {
+            what: "no job runner at",
+            path: runner,
+            source: io::Error::from(io::ErrorKind::NotFound),
+        });
+    }
+    let (queue, loaded) = Queue::open(root)?;
+    for skipped in &loaded.skipped {
+        tracing::error!(%skipped, "skipped a job file that cannot be read");
+    }
+    tracing::info!(
+        jobs = loaded.jobs.len(),
+        serial = queue.serial(),
+        "queue loaded"
+    );
+    let started = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_secs())
+        .unwrap_or(0);
+    let livelock = Livelock::create(
+        &livelock_dir,
+        &liveness::daemon_livelock_name("luxi-daemon", started),
+    )
+    .map_err(io_error(
+        "cannot create the daemon's livelock in",
+        &livelock_dir,
+    ))?;
+    let mut server = Server::new(root, settings, queue, loaded.jobs, runner, livelock)?;
+    server.recover()?;
+    let socket_path = root.join(SOCKET_PATH);
+    server.bind(&socket_path)?;
+    tracing::info!(socket = %socket_path.display(), "luxid ready");
+    Ok(server)
+}
+
+fn make_dir(path: &Path, mode: u32) -> Result<(), DaemonError> {
+    match DirBuilder::new().mode(mode).create(path) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
+        Err(error) => Err(io_error("cannot create directory", path)(error)),
+    }
+}
+
+/// Socket files are 0660: the directory and SO_PEERCRED do the rest.
+fn restrict_socket(path: &Path) -> Result<(), DaemonError> {
+    fs::set_permissions(path, fs::Permissions::from_mode(0o660))
+        .map_err(io_error("cannot set the mode of", path))
+}

@@ -1,0 +1,1518 @@
+//! luxid's event loop: one thread, one mio poll. Connections speak LUXI;
+//! each started job is a `job-runner` process watched through a pidfd; the
+//! runners' job-file updates arrive as inotify events on the queue
+//! directory. Nothing is polled on a timer but `WaitForJobChange` timeouts
+//! and the release of a dead job's livelock (as a safety net under its
+//! inotify event).
+//!
+//! A turn reads every ready connection and answers what it can; new jobs
+//! are then made durable together (one group commit per turn) before any
+//! reply of that turn is written, and only then are runners started.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use mio::net::{UnixListener, UnixStream};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR2};
+use signal_hook_mio::v1_0::Signals;
+
+use super::{DaemonError, io_error, restrict_socket};
+use crate::jobs::opcode::{self, SUBMIT_PRIORITIES};
+use crate::jobs::{FIELDS, Job, JobId, QueuedOpcode, Status, Timestamp};
+use crate::liveness::{self, Livelock};
+use crate::protocol::{
+    Args, FrameReader, WireError, encode_failure, encode_success, parse_request,
+};
+use crate::queue::{self, Queue, parse_job_file_name};
+use crate::settings::Settings;
+use crate::sys::{self, PeerCredentials};
+
+const LISTENER: Token = Token(0);
+const SIGNALS: Token = Token(1);
+const INOTIFY: Token = Token(2);
+const FIRST_DYNAMIC_TOKEN: usize = 3;
+
+/// Bytes read from a socket at a time.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Longest `WaitForJobChange` wait (Ganeti's client asks for less).
+const WAIT_FOR_CHANGE_SECONDS_MAX: f64 = 89.0;
+
+/// How often the livelock of a dead runner's job is probed while its
+/// processes are still being killed, should its inotify close event be
+/// missed (for example a livelock luxid found by name only).
+const RELEASE_PROBE_INTERVAL: Duration = Duration::from_millis(20);
+
+struct Connection {
+    stream: UnixStream,
+    peer: PeerCredentials,
+    reader: FrameReader,
+    /// Replies of this turn, written once the turn's new jobs are durable.
+    staged: Vec<u8>,
+    /// Replies not yet written to the socket.
+    output: Vec<u8>,
+    /// A `WaitForJobChange` whose reply is held; later requests wait.
+    held: Option<u64>,
+    closing: bool,
+    writable_registered: bool,
+}
+
+/// A held `WaitForJobChange`.
+struct Watcher {
+    token: Token,
+    job: JobId,
+    fields: Vec<String>,
+    previous: Value,
+    log_serial: u64,
+}
+
+/// A started job whose end luxid has not seen yet.
+struct Runner {
+    /// The runner process when luxid started it (an adopted runner is
+    /// watched by pidfd only).
+    child: Option<Child>,
+    pid: u32,
+    pidfd: Option<OwnedFd>,
+    token: Token,
+    /// Set once the runner exited and the job was not final: the job's
+    /// processes are being killed and its livelock awaited.
+    dead: Option<DeadRunner>,
+}
+
+struct DeadRunner {
+    livelock: Option<PathBuf>,
+    watch: Option<WatchDescriptor>,
+    next_probe: Instant,
+}
+
+pub struct Server {
+    poll: Poll,
+    listener: Option<UnixListener>,
+    socket_path: Option<PathBuf>,
+    signals: Signals,
+    inotify: Inotify,
+    root: PathBuf,
+    settings: Settings,
+    runner_path: PathBuf,
+    queue: Queue,
+    _livelock: Livelock,
+    own_uid: u32,
+    group_gid: Option<u32>,
+    /// Every job of the queue (archived ones are read from disk).
+    jobs: BTreeMap<JobId, Job>,
+    /// Jobs not started, in start order: (priority, id).
+    queued: BTreeSet<(i64, JobId)>,
+    runners: HashMap<JobId, Runner>,
+    runner_tokens: HashMap<Token, JobId>,
+    livelock_watches: HashMap<WatchDescriptor, JobId>,
+    connections: HashMap<Token, Connection>,
+    watchers: HashMap<u64, Watcher>,
+    watcher_deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
+    next_watcher: u64,
+    next_token: usize,
+    /// New jobs of this turn, made durable at its end.
+    new_jobs: Vec<JobId>,
+    /// Connections with replies staged this turn.
+    turn_connections: Vec<Token>,
+    /// Jobs changed this turn (their watchers are checked at its end).
+    changed: Vec<JobId>,
+    /// Connections to read again (they had more than one chunk).
+    ready: Vec<Token>,
+    stopping: bool,
+}
+
+impl Server {
+    pub(super) fn new(
+        root: &Path,
+        settings: Settings,
+        queue: Queue,
+        jobs: Vec<Job>,
+        runner_path: PathBuf,
+        livelock: Livelock,
+    ) -> Result<Server, DaemonError> {
+        let poll = Poll::new().map_err(io_error("cannot create", Path::new("epoll")))?;
+        let mut signals = Signals::new([SIGTERM, SIGINT, SIGUSR2])
+            .map_err(io_error("cannot handle signals", Path::new("-")))?;
+        poll.registry()
+            .register(&mut signals, SIGNALS, Interest::READABLE)
+            .map_err(io_error("cannot register", Path::new("signals")))?;
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
+            .map_err(|error| io_error("cannot create", Path::new("inotify"))(error.into()))?;
+        // Runners replace job files by rename.
+        inotify
+            .add_watch(queue.dir(), AddWatchFlags::IN_MOVED_TO)
+            .map_err(|error| io_error("cannot watch", queue.dir())(error.into()))?;
+        poll.registry()
+            .register(
+                &mut SourceFd(&inotify.as_fd().as_raw_fd()),
+                INOTIFY,
+                Interest::READABLE,
+            )
+            .map_err(io_error("cannot register", Path::new("inotify")))?;
+        let group_gid = match &settings.wconfd.socket_group {
+            Some(group) => Some(group.gid()?),
+            None => None,
+        };
+        Ok(Server {
+            poll,
+            listener: None,
+            socket_path: None,
+            signals,
+            inotify,
+            root: root.to_owned(),
+            settings,
+            runner_path,
+            queue,
+            _livelock: livelock,
+            own_uid: nix::unistd::geteuid().as_raw(),
+            group_gid,
+            jobs: jobs.into_iter().map(|job| (job.id, job)).collect(),
+            queued: BTreeSet::new(),
+            runners: HashMap::new(),
+            runner_tokens: HashMap::new(),
+            livelock_watches: HashMap::new(),
+            connections: HashMap::new(),
+            watchers: HashMap::new(),
+            watcher_deadlines: BinaryHeap::new(),
+            next_watcher: 1,
+            next_token: FIRST_DYNAMIC_TOKEN,
+            new_jobs: Vec::new(),
+            turn_connections: Vec::new(),
+            changed: Vec::new(),
+            ready: Vec::new(),
+            stopping: false,
+        })
+    }
+
+    /// Before serving: adopts the runners still alive, marks the jobs whose
+    /// runner died, queues the rest.
+    pub(super) fn recover(&mut self) -> Result<(), DaemonError> {
+        let unfinished: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|job| !job.is_final())
+            .map(|job| job.id)
+            .collect();
+        for id in unfinished {
+            let job = &self.jobs[&id];
+            let livelock = match &job.livelock {
+                Some(path) => Some(PathBuf::from(path)),
+                None => self.find_job_livelock(id),
+            };
+            match livelock {
+                None => {
+                    let priority = job.priority();
+                    self.queued.insert((priority, id));
+                }
+                Some(livelock) if !liveness::is_dead(&livelock) => {
+                    let pid = job.process_id;
+                    tracing::info!(job = id, ?pid, "adopted a running job");
+                    self.adopt(id, pid, livelock);
+                }
+                Some(_) => {
+                    tracing::warn!(job = id, "the runner died while luxid was down");
+                    self.mark_dead(id)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A job's livelock by name (`job_<id>_*`), for a runner that had not
+    /// recorded it in the job file yet.
+    fn find_job_livelock(&self, id: JobId) -> Option<PathBuf> {
+        let prefix = format!("job_{id:06}_");
+        let dir = self.root.join(crate::wconfd::LIVELOCK_DIR);
+        fs::read_dir(&dir)
+            .ok()?
+            .flatten()
+            .filter(|entry| {
+                entry
+                    .file_name()
+                    .to_str()
+                    .is_some_and(|name| name.starts_with(&prefix))
+            })
+            .map(|entry| entry.path())
+            .find(|path| !liveness::is_dead(path))
+    }
+
+    fn adopt(&mut self, id: JobId, pid: Option<u32>, livelock: PathBuf) {
+        let token = self.new_token();
+        let pidfd = pid.and_then(|pid| sys::pidfd_open(pid).ok());
+        if let Some(fd) = &pidfd {
+            let _ = self.poll.registry().register(
+                &mut SourceFd(&fd.as_raw_fd()),
+                token,
+                Interest::READABLE,
+            );
+        }
+        let mut runner = Runner {
+            child: None,
+            pid: pid.unwrap_or(0),
+            pidfd,
+            token,
+            dead: None,
+        };
+        if runner.pidfd.is_none() {
+            // No process to watch: follow the livelock instead.
+            runner.dead = Some(self.watch_release(id, Some(livelock)));
+        }
+        self.runner_tokens.insert(token, id);
+        self.runners.insert(id, runner);
+    }
+
+    pub(super) fn bind(&mut self, path: &Path) -> Result<(), DaemonError> {
+        if let Ok(metadata) = fs::symlink_metadata(path) {
+            use std::os::unix::fs::FileTypeExt;
+            if metadata.file_type().is_socket() {
+                fs::remove_file(path).map_err(io_error("cannot remove the stale socket", path))?;
+            }
+        }
+        let umask = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o117));
+        let bound = UnixListener::bind(path);
+        nix::sys::stat::umask(umask);
+        let mut listener = bound.map_err(io_error("cannot bind", path))?;
+        restrict_socket(path)?;
+        self.poll
+            .registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)
+            .map_err(io_error("cannot register", path))?;
+        self.listener = Some(listener);
+        self.socket_path = Some(path.to_owned());
+        Ok(())
+    }
+
+    /// Serves until SIGTERM or SIGINT. Runners go on without luxid; a new
+    /// luxid adopts them.
+    pub fn serve(mut self) -> Result<(), DaemonError> {
+        let mut events = Events::with_capacity(1024);
+        self.schedule();
+        while !self.stopping {
+            let timeout = self.next_wakeup();
+            if let Err(error) = self.poll.poll(&mut events, timeout) {
+                if error.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(io_error("cannot poll", Path::new("epoll"))(error));
+            }
+            for event in events.iter() {
+                match event.token() {
+                    LISTENER => self.accept(),
+                    SIGNALS => self.handle_signals(),
+                    INOTIFY => self.inotify_events(),
+                    token if self.runner_tokens.contains_key(&token) => self.runner_exited(token),
+                    token => {
+                        if event.is_readable() || event.is_read_closed() {
+                            self.read(token);
+                        }
+                        if event.is_writable() {
+                            self.flush(token);
+                        }
+                    }
+                }
+            }
+            for token in std::mem::take(&mut self.ready) {
+                self.read(token);
+            }
+            self.probe_dead_runners();
+            self.finish_turn();
+        }
+        if let Some(path) = &self.socket_path {
+            let _ = fs::remove_file(path);
+        }
+        tracing::info!("luxid stopped");
+        Ok(())
+    }
+
+    fn next_wakeup(&mut self) -> Option<Duration> {
+        if !self.ready.is_empty() {
+            return Some(Duration::ZERO);
+        }
+        let now = Instant::now();
+        let mut wake: Option<Instant> = None;
+        while let Some(Reverse((deadline, id))) = self.watcher_deadlines.peek() {
+            if self.watchers.contains_key(id) {
+                wake = Some(*deadline);
+                break;
+            }
+            self.watcher_deadlines.pop();
+        }
+        for runner in self.runners.values() {
+            if let Some(dead) = &runner.dead {
+                wake = Some(wake.map_or(dead.next_probe, |at| at.min(dead.next_probe)));
+            }
+        }
+        wake.map(|at| at.saturating_duration_since(now))
+    }
+
+    fn new_token(&mut self) -> Token {
+        let token = Token(self.next_token);
+        self.next_token += 1;
+        token
+    }
+
+    // ----- connections -----
+
+    fn accept(&mut self) {
+        loop {
+            let Some(listener) = self.listener.as_ref() else {
+                return;
+            };
+            let (mut stream, _) = match listener.accept() {
+                Ok(accepted) => accepted,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    return;
+                }
+            };
+            let peer = match sys::peer_credentials(&stream) {
+                Ok(peer) => peer,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read the peer's credentials; closing");
+                    continue;
+                }
+            };
+            let privileged = peer.uid == 0 || peer.uid == self.own_uid;
+            if !privileged && self.group_gid != Some(peer.gid) {
+                tracing::warn!(
+                    pid = peer.pid,
+                    uid = peer.uid,
+                    "refused a connection from a user outside the allowed ones"
+                );
+                continue;
+            }
+            if self.connections.len() >= self.settings.luxid.connections_max {
+                tracing::warn!(
+                    pid = peer.pid,
+                    limit = self.settings.luxid.connections_max,
+                    "refused a connection: too many connections"
+                );
+                continue;
+            }
+            let token = self.new_token();
+            if let Err(error) =
+                self.poll
+                    .registry()
+                    .register(&mut stream, token, Interest::READABLE)
+            {
+                tracing::warn!(%error, "cannot register a connection");
+                continue;
+            }
+            self.connections.insert(
+                token,
+                Connection {
+                    stream,
+                    peer,
+                    reader: FrameReader::new(self.settings.luxid.frame_bytes_max),
+                    staged: Vec::new(),
+                    output: Vec::new(),
+                    held: None,
+                    closing: false,
+                    writable_registered: false,
+                },
+            );
+        }
+    }
+
+    fn read(&mut self, token: Token) {
+        let Some(connection) = self.connections.get_mut(&token) else {
+            return;
+        };
+        let mut peer_gone = false;
+        let mut more = false;
+        if let Some(spare) = connection.reader.spare(READ_CHUNK_BYTES) {
+            let spare_bytes = spare.len();
+            match connection.stream.read(spare) {
+                Ok(0) => {
+                    connection.reader.commit(spare_bytes, 0);
+                    peer_gone = true;
+                }
+                Ok(read) => {
+                    connection.reader.commit(spare_bytes, read);
+                    more = read == spare_bytes;
+                }
+                Err(error) => {
+                    connection.reader.commit(spare_bytes, 0);
+                    match error.kind() {
+                        io::ErrorKind::WouldBlock => {}
+                        io::ErrorKind::Interrupted => more = true,
+                        _ => peer_gone = true,
+                    }
+                }
+            }
+        }
+        self.process_frames(token);
+        if peer_gone {
+            self.peer_gone(token);
+        } else if more {
+            self.ready.push(token);
+        }
+    }
+
+    fn peer_gone(&mut self, token: Token) {
+        let Some(connection) = self.connections.get_mut(&token) else {
+            return;
+        };
+        connection.closing = true;
+        if let Some(watcher) = connection.held.take() {
+            self.watchers.remove(&watcher);
+        }
+        self.turn_connections.push(token);
+    }
+
+    /// Answers the complete frames of a connection, in order, until one is
+    /// held or none is left.
+    fn process_frames(&mut self, token: Token) {
+        loop {
+            let Some(connection) = self.connections.get_mut(&token) else {
+                return;
+            };
+            if connection.held.is_some() || connection.closing {
+                return;
+            }
+            let frame = match connection.reader.next_frame() {
+                Ok(Some(frame)) => frame,
+                Ok(None) => return,
+                Err(error) => {
+                    tracing::warn!(pid = connection.peer.pid, %error, "closing a connection");
+                    connection.closing = true;
+                    self.stage(token, Err(WireError::generic(error.to_string())));
+                    return;
+                }
+            };
+            let reply = match parse_request(&frame) {
+                Ok(request) => self.dispatch(token, &request.method, &request.args),
+                Err(error) => Some(Err(error)),
+            };
+            if let Some(reply) = reply {
+                self.stage(token, reply);
+            }
+        }
+    }
+
+    fn stage(&mut self, token: Token, reply: Result<Value, WireError>) {
+        let Some(connection) = self.connections.get_mut(&token) else {
+            return;
+        };
+        match &reply {
+            Ok(value) => encode_success(value, &mut connection.staged),
+            Err(error) => encode_failure(error, &mut connection.staged),
+        }
+        self.turn_connections.push(token);
+    }
+
+    fn flush(&mut self, token: Token) {
+        let Some(connection) = self.connections.get_mut(&token) else {
+            return;
+        };
+        let mut written = 0;
+        let mut failed = false;
+        while written < connection.output.len() {
+            match connection.stream.write(&connection.output[written..]) {
+                Ok(0) => {
+                    failed = true;
+                    break;
+                }
+                Ok(count) => written += count,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        connection.output.drain(..written);
+        if failed {
+            self.close(token);
+            return;
+        }
+        let want_writable = !connection.output.is_empty();
+        if want_writable != connection.writable_registered {
+            let interest = if want_writable {
+                Interest::READABLE | Interest::WRITABLE
+            } else {
+                Interest::READABLE
+            };
+            if self
+                .poll
+                .registry()
+                .reregister(&mut connection.stream, token, interest)
+                .is_err()
+            {
+                self.close(token);
+                return;
+            }
+            connection.writable_registered = want_writable;
+        }
+        if connection.output.is_empty() && connection.closing && connection.staged.is_empty() {
+            self.close(token);
+        }
+    }
+
+    fn close(&mut self, token: Token) {
+        let Some(mut connection) = self.connections.remove(&token) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut connection.stream);
+        if let Some(watcher) = connection.held.take() {
+            self.watchers.remove(&watcher);
+        }
+    }
+
+    // ----- the turn -----
+
+    /// Watchers of changed jobs are answered (which may answer more of
+    /// their connections' requests), new jobs become durable, then every
+    /// staged reply is written and runners are started.
+    fn finish_turn(&mut self) {
+        let changed = std::mem::take(&mut self.changed);
+        if !changed.is_empty() {
+            self.check_watchers(&changed);
+        }
+        self.expire_watchers(Instant::now());
+        let new_jobs = std::mem::take(&mut self.new_jobs);
+        if !new_jobs.is_empty() {
+            let jobs: Vec<Job> = new_jobs.iter().map(|id| self.jobs[id].clone()).collect();
+            match self.queue.commit_new(&jobs) {
+                Ok(()) => {
+                    for job in &jobs {
+                        self.queued.insert((job.priority(), job.id));
+                    }
+                }
+                Err(error) => {
+                    // Nothing of these jobs may be revealed.
+                    tracing::error!(%error, "cannot write new jobs; refusing them");
+                    for id in &new_jobs {
+                        self.jobs.remove(id);
+                    }
+                    self.fail_staged_submissions(&error);
+                }
+            }
+        }
+        let mut tokens = std::mem::take(&mut self.turn_connections);
+        tokens.sort_unstable();
+        tokens.dedup();
+        for token in tokens {
+            if let Some(connection) = self.connections.get_mut(&token) {
+                let staged = std::mem::take(&mut connection.staged);
+                connection.output.extend_from_slice(&staged);
+                self.flush(token);
+            }
+        }
+        self.schedule();
+    }
+
+    /// A failed group commit: every connection that staged replies this
+    /// turn is told, and closed, since its replies can no longer be given
+    /// in order.
+    fn fail_staged_submissions(&mut self, error: &io::Error) {
+        for token in self.turn_connections.clone() {
+            if let Some(connection) = self.connections.get_mut(&token) {
+                connection.staged.clear();
+                connection.closing = true;
+                encode_failure(
+                    &WireError::generic(format!("cannot write the job queue: {error}")),
+                    &mut connection.staged,
+                );
+            }
+        }
+    }
+
+    // ----- requests -----
+
+    /// Answers a request now (`Some`), or later (`None`: a held
+    /// `WaitForJobChange`).
+    fn dispatch(
+        &mut self,
+        token: Token,
+        method: &str,
+        args: &[Value],
+    ) -> Option<Result<Value, WireError>> {
+        Some(match method {
+            "SubmitJob" => {
+                Args::exactly(method, args, 1).and_then(|args| self.submit_job(args.get(0), false))
+            }
+            "SubmitJobToDrainedQueue" => {
+                Args::exactly(method, args, 1).and_then(|args| self.submit_job(args.get(0), true))
+            }
+            "SubmitManyJobs" => {
+                Args::exactly(method, args, 1).and_then(|args| self.submit_many(args.list(0)?))
+            }
+            "QueryJobs" => Args::exactly(method, args, 2).and_then(|args| self.query_jobs(&args)),
+            "WaitForJobChange" => {
+                return match Args::exactly(method, args, 5)
+                    .and_then(|args| self.wait_for_job_change(token, &args))
+                {
+                    Ok(Some(reply)) => Some(Ok(reply)),
+                    Ok(None) => None,
+                    Err(error) => Some(Err(error)),
+                };
+            }
+            "CancelJob" => self.cancel_job(method, args),
+            "ArchiveJob" => Args::exactly(method, args, 1)
+                .and_then(|args| job_id(&args, 0))
+                .map(|id| json!(self.archive_job(id))),
+            "AutoArchiveJobs" => {
+                Args::exactly(method, args, 2).and_then(|args| self.auto_archive(&args))
+            }
+            "ChangeJobPriority" => {
+                Args::exactly(method, args, 2).and_then(|args| self.change_priority(&args))
+            }
+            "SetDrainFlag" => Args::exactly(method, args, 1).and_then(|args| {
+                let drained = args.bool(0)?;
+                self.queue
+                    .set_drained(drained)
+                    .map_err(|error| {
+                        WireError::generic(format!("cannot set the drain flag: {error}"))
+                    })
+                    .map(|()| json!(true))
+            }),
+            "QueryConfigValues" => Args::exactly(method, args, 1).and_then(|args| {
+                let fields = args.list(0)?;
+                Ok(Value::Array(
+                    fields
+                        .iter()
+                        .map(|field| match field.as_str() {
+                            Some("drain_flag") => json!(self.queue.is_drained()),
+                            Some("cluster_name") => json!("warden"),
+                            _ => Value::Null,
+                        })
+                        .collect(),
+                ))
+            }),
+            other => Err(WireError::generic(format!("unknown method '{other}'"))),
+        })
+    }
+
+    fn submit_job(&mut self, ops: &Value, ignore_drain: bool) -> Result<Value, WireError> {
+        if !ignore_drain && self.queue.is_drained() {
+            return Err(WireError::generic("Queue drained"));
+        }
+        self.check_room(1)?;
+        let id = self.queue.serial() + 1;
+        let job = build_job(ops, id)?;
+        self.accept_job(job);
+        Ok(json!(id))
+    }
+
+    fn submit_many(&mut self, jobs: &[Value]) -> Result<Value, WireError> {
+        if self.queue.is_drained() {
+            return Err(WireError::generic("Queue drained"));
+        }
+        self.check_room(jobs.len())?;
+        let mut results = Vec::with_capacity(jobs.len());
+        for ops in jobs {
+            let id = self.queue.serial() + 1;
+            match build_job(ops, id) {
+                Ok(job) => {
+                    self.accept_job(job);
+                    results.push(json!([true, id]));
+                }
+                Err(error) => results.push(json!([false, error.message()])),
+            }
+        }
+        Ok(Value::Array(results))
+    }
+
+    fn check_room(&self, count: usize) -> Result<(), WireError> {
+        let max = self.settings.luxid.queue_jobs_max;
+        if self.jobs.len() + count > max {
+            return Err(WireError {
+                class: "JobQueueFull",
+                args: vec![json!(format!(
+                    "the queue holds {} jobs, its limit is {max} (archive finished jobs)",
+                    self.jobs.len()
+                ))],
+            });
+        }
+        Ok(())
+    }
+
+    fn accept_job(&mut self, job: Job) {
+        let id = self.queue.next_id();
+        debug_assert_eq!(id, job.id);
+        self.jobs.insert(id, job);
+        self.new_jobs.push(id);
+    }
+
+    fn query_jobs(&mut self, args: &Args) -> Result<Value, WireError> {
+        let fields = field_names(args, 1)?;
+        let ids: Vec<JobId> = match args.get(0) {
+            Value::Null => {
+                let mut ids: Vec<JobId> = self.jobs.keys().copied().collect();
+                if fields.iter().any(|field| field == "archived") {
+                    ids.extend(self.queue.archived_ids());
+                    ids.sort_unstable();
+                    ids.dedup();
+                }
+                ids
+            }
+            Value::Array(ids) => ids
+                .iter()
+                .map(|id| {
+                    parse_job_id(id).ok_or_else(|| args.bad(0, "holds something not a job id"))
+                })
+                .collect::<Result<_, _>>()?,
+            _ => return Err(args.bad(0, "is neither a list of job ids nor null")),
+        };
+        Ok(Value::Array(
+            ids.into_iter().map(|id| self.row(id, &fields)).collect(),
+        ))
+    }
+
+    /// A QueryJobs row; an unknown job has its id and nulls.
+    fn row(&self, id: JobId, fields: &[String]) -> Value {
+        let archived;
+        let job = match self.jobs.get(&id) {
+            Some(job) => {
+                archived = false;
+                Some(std::borrow::Cow::Borrowed(job))
+            }
+            None => {
+                archived = true;
+                self.queue
+                    .read_archived(id)
+                    .ok()
+                    .flatten()
+                    .map(std::borrow::Cow::Owned)
+            }
+        };
+        Value::Array(
+            fields
+                .iter()
+                .map(|field| match &job {
+                    Some(job) => job.field(field, archived).unwrap_or(Value::Null),
+                    None if field == "id" => json!(id),
+                    None => Value::Null,
+                })
+                .collect(),
+        )
+    }
+
+    fn wait_for_job_change(
+        &mut self,
+        token: Token,
+        args: &Args,
+    ) -> Result<Option<Value>, WireError> {
+        let id = job_id(args, 0)?;
+        let fields = field_names(args, 1)?;
+        let previous = args.get(2).clone();
+        let log_serial = match args.get(3) {
+            Value::Null => 0,
+            value => value
+                .as_u64()
+                .ok_or_else(|| args.bad(3, "is not a log serial"))?,
+        };
+        let timeout = args
+            .get(4)
+            .as_f64()
+            .filter(|seconds| *seconds >= 0.0)
+            .ok_or_else(|| args.bad(4, "is not a timeout in seconds"))?
+            .min(WAIT_FOR_CHANGE_SECONDS_MAX);
+        let Some(job) = self.jobs.get(&id) else {
+            return Err(job_lost(id));
+        };
+        if let Some(reply) = change_reply(job, &fields, &previous, log_serial, true) {
+            return Ok(Some(reply));
+        }
+        let watcher_id = self.next_watcher;
+        self.next_watcher += 1;
+        let deadline = Instant::now() + Duration::from_secs_f64(timeout);
+        self.watchers.insert(
+            watcher_id,
+            Watcher {
+                token,
+                job: id,
+                fields,
+                previous,
+                log_serial,
+            },
+        );
+        self.watcher_deadlines.push(Reverse((deadline, watcher_id)));
+        if let Some(connection) = self.connections.get_mut(&token) {
+            connection.held = Some(watcher_id);
+        }
+        Ok(None)
+    }
+
+    /// Answers the watchers of changed jobs whose view changed (or whose
+    /// job was archived: `JobLost`).
+    fn check_watchers(&mut self, changed: &[JobId]) {
+        let due: Vec<(u64, Result<Value, WireError>)> = self
+            .watchers
+            .iter()
+            .filter(|(_, watcher)| changed.contains(&watcher.job))
+            .filter_map(|(&id, watcher)| match self.jobs.get(&watcher.job) {
+                Some(job) => change_reply(
+                    job,
+                    &watcher.fields,
+                    &watcher.previous,
+                    watcher.log_serial,
+                    true,
+                )
+                .map(|reply| (id, Ok(reply))),
+                None => Some((id, Err(job_lost(watcher.job)))),
+            })
+            .collect();
+        for (id, reply) in due {
+            self.answer_watcher(id, reply);
+        }
+    }
+
+    fn expire_watchers(&mut self, now: Instant) {
+        while let Some(Reverse((deadline, id))) = self.watcher_deadlines.peek().copied() {
+            if deadline > now {
+                break;
+            }
+            self.watcher_deadlines.pop();
+            let Some(watcher) = self.watchers.get(&id) else {
+                continue;
+            };
+            let reply = match self.jobs.get(&watcher.job) {
+                Some(job) => Ok(change_reply(
+                    job,
+                    &watcher.fields,
+                    &watcher.previous,
+                    watcher.log_serial,
+                    false,
+                )
+                .expect("an unconditional reply")),
+                None => Err(job_lost(watcher.job)),
+            };
+            self.answer_watcher(id, reply);
+        }
+    }
+
+    /// Writes a held reply and goes on with the connection's later
+    /// requests.
+    fn answer_watcher(&mut self, id: u64, reply: Result<Value, WireError>) {
+        let Some(watcher) = self.watchers.remove(&id) else {
+            return;
+        };
+        let token = watcher.token;
+        let Some(connection) = self.connections.get_mut(&token) else {
+            return;
+        };
+        connection.held = None;
+        match &reply {
+            Ok(value) => encode_success(value, &mut connection.output),
+            Err(error) => encode_failure(error, &mut connection.output),
+        }
+        self.flush(token);
+        // Later requests are answered now; their replies are staged and go
+        // out with the turn's (after its new jobs are durable).
+        self.process_frames(token);
+    }
+
+    fn cancel_job(&mut self, method: &str, args: &[Value]) -> Result<Value, WireError> {
+        let (id, kill) = match args.len() {
+            1 => (job_id(&Args::exactly(method, args, 1)?, 0)?, false),
+            2 => {
+                let args = Args::exactly(method, args, 2)?;
+                (job_id(&args, 0)?, args.bool(1)?)
+            }
+            count => {
+                return Err(WireError::generic(format!(
+                    "{method} takes 1 or 2 arguments, got {count}"
+                )));
+            }
+        };
+        let Some(job) = self.jobs.get(&id) else {
+            return Ok(json!([false, format!("Job {id} not found in queue")]));
+        };
+        if job.is_final() {
+            return Ok(json!([false, format!("Job {id} has already finished")]));
+        }
+        let Some(runner) = self.runners.get(&id) else {
+            // Not started: luxid owns the file.
+            let mut job = job.clone();
+            job.finish_unfinished(Status::Canceled, &json!("Job canceled by request"));
+            self.queued.retain(|&(_, queued)| queued != id);
+            self.store_job(job)?;
+            return Ok(json!([true, format!("Dequeued job {id}")]));
+        };
+        if runner.dead.is_some() {
+            return Ok(json!([
+                false,
+                format!("Job {id} is being cleaned up after its death")
+            ]));
+        }
+        let pid = runner.pid;
+        if kill {
+            if let Err(error) = sys::send_signal_to_group(pid, Signal::SIGKILL) {
+                return Err(WireError::generic(format!("cannot kill job {id}: {error}")));
+            }
+            return Ok(json!([true, format!("Job {id} will be killed")]));
+        }
+        let waiting = job.status() == Status::Waiting || job.status() == Status::Queued;
+        let _ = sys::send_signal(pid, Signal::SIGTERM);
+        if waiting {
+            Ok(json!([true, format!("Job {id} will be canceled")]))
+        } else {
+            Ok(json!([
+                false,
+                "Job no longer waiting, can't cancel (informed it anyway)"
+            ]))
+        }
+    }
+
+    /// Replaces the file of a job luxid owns, then its copy in memory.
+    fn store_job(&mut self, job: Job) -> Result<(), WireError> {
+        self.queue
+            .write_job(&job)
+            .map_err(|error| WireError::generic(format!("cannot write job {}: {error}", job.id)))?;
+        let id = job.id;
+        self.jobs.insert(id, job);
+        self.changed.push(id);
+        Ok(())
+    }
+
+    fn archive_job(&mut self, id: JobId) -> bool {
+        let archivable = self
+            .jobs
+            .get(&id)
+            .is_some_and(|job| job.is_final() && !self.runners.contains_key(&id));
+        if !archivable {
+            return false;
+        }
+        match self.queue.archive(id) {
+            Ok(()) => {
+                self.jobs.remove(&id);
+                self.changed.push(id);
+                true
+            }
+            Err(error) => {
+                tracing::error!(job = id, %error, "cannot archive");
+                false
+            }
+        }
+    }
+
+    fn auto_archive(&mut self, args: &Args) -> Result<Value, WireError> {
+        let age = args
+            .get(0)
+            .as_f64()
+            .ok_or_else(|| args.bad(0, "is not an age in seconds"))?;
+        let timeout = args
+            .get(1)
+            .as_f64()
+            .ok_or_else(|| args.bad(1, "is not a timeout in seconds"))?;
+        let started = Instant::now();
+        let now = Timestamp::now().as_secs_f64();
+        let candidates: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|job| job.is_final())
+            .filter(|job| {
+                age < 0.0
+                    || job
+                        .end_timestamp
+                        .is_some_and(|end| now - end.as_secs_f64() >= age)
+            })
+            .map(|job| job.id)
+            .collect();
+        let mut archived = 0;
+        let mut checked = 0;
+        for id in &candidates {
+            if timeout >= 0.0 && started.elapsed().as_secs_f64() > timeout {
+                break;
+            }
+            checked += 1;
+            if self.archive_job(*id) {
+                archived += 1;
+            }
+        }
+        Ok(json!([archived, candidates.len() - checked]))
+    }
+
+    fn change_priority(&mut self, args: &Args) -> Result<Value, WireError> {
+        let id = job_id(args, 0)?;
+        let priority = args.i64(1)?;
+        if !SUBMIT_PRIORITIES.contains(&priority) {
+            return Err(WireError {
+                class: "OpPrereqError",
+                args: vec![
+                    json!(format!(
+                        "priority {priority} is not one of {SUBMIT_PRIORITIES:?}"
+                    )),
+                    json!("wrong_input"),
+                ],
+            });
+        }
+        let Some(job) = self.jobs.get(&id) else {
+            return Ok(json!([false, format!("Job {id} not found")]));
+        };
+        if job.is_final() {
+            return Ok(json!([false, format!("Job {id} is finished")]));
+        }
+        if self.runners.contains_key(&id) {
+            return Ok(json!([
+                false,
+                format!("Job {id} has started; its priority can no longer be changed")
+            ]));
+        }
+        let mut job = job.clone();
+        self.queued.remove(&(job.priority(), id));
+        for op in job.ops.iter_mut().filter(|op| !op.status.is_final()) {
+            op.priority = priority;
+        }
+        self.queued.insert((job.priority(), id));
+        self.store_job(job)?;
+        Ok(json!([
+            true,
+            format!("Priorities of pending opcodes for job {id} have been changed to {priority}")
+        ]))
+    }
+
+    // ----- scheduling and runners -----
+
+    /// Starts queued jobs whose dependencies are final, in (priority, id)
+    /// order, up to `max_running_jobs`.
+    fn schedule(&mut self) {
+        let max = self.settings.luxid.max_running_jobs;
+        if self.runners.len() >= max || self.queued.is_empty() {
+            return;
+        }
+        let mut starting = Vec::new();
+        for &(priority, id) in &self.queued {
+            if self.runners.len() + starting.len() >= max {
+                break;
+            }
+            if self.dependencies_final(id) {
+                starting.push((priority, id));
+            }
+        }
+        for entry in starting {
+            self.queued.remove(&entry);
+            self.start_runner(entry.1);
+        }
+    }
+
+    /// Whether every job the job depends on is final (archived and unknown
+    /// ones count as final: the runner judges them).
+    fn dependencies_final(&self, id: JobId) -> bool {
+        let Some(job) = self.jobs.get(&id) else {
+            return false;
+        };
+        job.ops
+            .iter()
+            .filter_map(|op| op.input.get("depends")?.as_array())
+            .flatten()
+            .filter_map(|dependency| dependency.get(0)?.as_u64())
+            .all(|dep| dep == id || self.jobs.get(&dep).is_none_or(Job::is_final))
+    }
+
+    fn start_runner(&mut self, id: JobId) {
+        let mut command = Command::new(&self.runner_path);
+        command
+            .arg("--root")
+            .arg(&self.root)
+            .arg(id.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            // Its own process group: cancel-with-kill reaches every
+            // process of the job, and none of luxid's.
+            .process_group(0);
+        let child = match command.spawn() {
+            Ok(child) => child,
+            Err(error) => {
+                tracing::error!(job = id, %error, "cannot start the job runner");
+                let mut job = self.jobs[&id].clone();
+                job.finish_unfinished(
+                    Status::Error,
+                    &json!([
+                        "OpExecError",
+                        [format!("cannot start the job runner: {error}")]
+                    ]),
+                );
+                let _ = self.store_job(job);
+                return;
+            }
+        };
+        let pid = child.id();
+        let token = self.new_token();
+        let pidfd = match sys::pidfd_open(pid) {
+            Ok(fd) => {
+                let _ = self.poll.registry().register(
+                    &mut SourceFd(&fd.as_raw_fd()),
+                    token,
+                    Interest::READABLE,
+                );
+                Some(fd)
+            }
+            Err(error) => {
+                tracing::error!(job = id, %error, "cannot watch the job runner");
+                None
+            }
+        };
+        tracing::debug!(job = id, pid, "started a job runner");
+        self.runner_tokens.insert(token, id);
+        self.runners.insert(
+            id,
+            Runner {
+                child: Some(child),
+                pid,
+                pidfd,
+                token,
+                dead: None,
+            },
+        );
+    }
+
+    /// A runner's pidfd became readable: the process ended.
+    fn runner_exited(&mut self, token: Token) {
+        let Some(&id) = self.runner_tokens.get(&token) else {
+            return;
+        };
+        let Some(runner) = self.runners.get_mut(&id) else {
+            return;
+        };
+        if let Some(fd) = runner.pidfd.take() {
+            let _ = self
+                .poll
+                .registry()
+                .deregister(&mut SourceFd(&fd.as_raw_fd()));
+        }
+        if let Some(child) = runner.child.as_mut() {
+            // Reaps it.
+            let _ = child.wait();
+        }
+        self.reload(id);
+        let finished = self.jobs.get(&id).is_none_or(Job::is_final);
+        if finished {
+            self.runner_done(id);
+            return;
+        }
+        // The runner died: kill what is left of the job, then wait for its
+        // livelock to be released before marking it and freeing its locks.
+        let pid = self.runners[&id].pid;
+        tracing::warn!(job = id, pid, "the job runner died");
+        let _ = sys::send_signal_to_group(pid, Signal::SIGKILL);
+        let livelock = self
+            .jobs
+            .get(&id)
+            .and_then(|job| job.livelock.clone())
+            .map(PathBuf::from)
+            .or_else(|| self.find_job_livelock(id));
+        let dead = self.watch_release(id, livelock);
+        if let Some(runner) = self.runners.get_mut(&id) {
+            runner.dead = Some(dead);
+        }
+        self.probe_dead_runners();
+    }
+
+    fn watch_release(&mut self, id: JobId, livelock: Option<PathBuf>) -> DeadRunner {
+        let watch = livelock.as_ref().and_then(|path| {
+            self.inotify
+                .add_watch(path, AddWatchFlags::IN_CLOSE_WRITE)
+                .ok()
+        });
+        if let Some(watch) = watch {
+            self.livelock_watches.insert(watch, id);
+        }
+        DeadRunner {
+            livelock,
+            watch,
+            next_probe: Instant::now(),
+        }
+    }
+
+    /// Probes the livelocks of dead runners' jobs that are due; a released
+    /// one ends the job.
+    fn probe_dead_runners(&mut self) {
+        let now = Instant::now();
+        let due: Vec<JobId> = self
+            .runners
+            .iter()
+            .filter(|(_, runner)| {
+                runner
+                    .dead
+                    .as_ref()
+                    .is_some_and(|dead| dead.next_probe <= now)
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        for id in due {
+            let runner = self.runners.get_mut(&id).expect("just listed");
+            let dead = runner.dead.as_mut().expect("just listed");
+            let released = dead.livelock.as_deref().is_none_or(liveness::is_dead);
+            if !released {
+                dead.next_probe = now + RELEASE_PROBE_INTERVAL;
+                continue;
+            }
+            if let Some(watch) = dead.watch.take() {
+                let _ = self.inotify.rm_watch(watch);
+                self.livelock_watches.remove(&watch);
+            }
+            if let Err(error) = self.mark_dead(id) {
+                tracing::error!(job = id, %error, "cannot record the death of a job");
+            }
+            self.runner_done(id);
+        }
+    }
+
+    /// The job's runner died and every process of it is gone: its
+    /// unfinished opcodes become `error`, its livelock file is removed.
+    fn mark_dead(&mut self, id: JobId) -> Result<(), DaemonError> {
+        // The runner may have finished the file just before it died.
+        self.reload(id);
+        let Some(job) = self.jobs.get(&id) else {
+            return Ok(());
+        };
+        if let Some(livelock) = &job.livelock {
+            let dir = self.root.join(crate::wconfd::LIVELOCK_DIR);
+            let _ = liveness::remove_dead_livelock(&dir, Path::new(livelock));
+        }
+        if job.is_final() {
+            return Ok(());
+        }
+        let mut job = job.clone();
+        job.finish_unfinished(
+            Status::Error,
+            &json!(["OpExecError", [format!("detected death of job {id}")]]),
+        );
+        self.queue.write_job(&job).map_err(io_error(
+            "cannot write",
+            &queue::job_path(self.queue.dir(), id),
+        ))?;
+        self.jobs.insert(id, job);
+        self.changed.push(id);
+        Ok(())
+    }
+
+    fn runner_done(&mut self, id: JobId) {
+        if let Some(runner) = self.runners.remove(&id) {
+            self.runner_tokens.remove(&runner.token);
+        }
+        self.changed.push(id);
+    }
+
+    /// Re-reads a job file after its runner changed it.
+    fn reload(&mut self, id: JobId) {
+        match self.queue.read_job(id) {
+            Ok(Some(job)) => {
+                if self.jobs.get(&id) != Some(&job) {
+                    self.jobs.insert(id, job);
+                    self.changed.push(id);
+                }
+            }
+            Ok(None) => {}
+            Err(error) => tracing::error!(job = id, %error, "cannot read a job file"),
+        }
+    }
+
+    fn inotify_events(&mut self) {
+        loop {
+            let events = match self.inotify.read_events() {
+                Ok(events) => events,
+                Err(nix::errno::Errno::EAGAIN) => return,
+                Err(error) => {
+                    tracing::error!(%error, "cannot read inotify events");
+                    return;
+                }
+            };
+            for event in events {
+                if let Some(&id) = self.livelock_watches.get(&event.wd) {
+                    if let Some(dead) = self
+                        .runners
+                        .get_mut(&id)
+                        .and_then(|runner| runner.dead.as_mut())
+                    {
+                        dead.next_probe = Instant::now();
+                    }
+                    continue;
+                }
+                let Some(id) = event
+                    .name
+                    .as_deref()
+                    .and_then(|name| name.to_str())
+                    .and_then(parse_job_file_name)
+                else {
+                    continue;
+                };
+                // Only files of started jobs change behind luxid's back.
+                if self.runners.contains_key(&id) {
+                    self.reload(id);
+                }
+            }
+        }
+    }
+
+    // ----- signals -----
+
+    fn handle_signals(&mut self) {
+        let signals: Vec<i32> = self.signals.pending().collect();
+        for signal in signals {
+            match signal {
+                SIGTERM | SIGINT => {
+                    tracing::info!(signal, "asked to stop");
+                    self.stopping = true;
+                }
+                SIGUSR2 => self.dump(),
+                _ => tracing::debug!(signal, "ignored a signal"),
+            }
+        }
+    }
+
+    /// SIGUSR2: the queue, the running jobs and their runners, the
+    /// connections and watchers, to the log.
+    fn dump(&self) {
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for job in self.jobs.values() {
+            *counts.entry(job.status().name()).or_default() += 1;
+        }
+        tracing::info!(
+            serial = self.queue.serial(),
+            jobs = self.jobs.len(),
+            ?counts,
+            queued_to_start = self.queued.len(),
+            drained = self.queue.is_drained(),
+            "dump: queue"
+        );
+        for (id, runner) in &self.runners {
+            tracing::info!(
+                job = id,
+                pid = runner.pid,
+                adopted = runner.child.is_none(),
+                dead = runner.dead.is_some(),
+                status = self.jobs.get(id).map(|job| job.status().name()),
+                "dump: runner"
+            );
+        }
+        for connection in self.connections.values() {
+            tracing::info!(
+                pid = connection.peer.pid,
+                uid = connection.peer.uid,
+                buffered = connection.reader.buffered_bytes(),
+                output = connection.output.len(),
+                held = connection.held.is_some(),
+                "dump: connection"
+            );
+        }
+        tracing::info!(
+            watchers = self.watchers.len(),
+            threads =
+                "one event loop thread (rayon's pool only during start-up scans and group commits)",
+            "dump: watchers and threads"
+        );
+    }
+}
+
+/// A job from a submission: every opcode checked, ids made absolute and
+/// the submit reason appended. Nothing is written here.
+fn build_job(ops: &Value, id: JobId) -> Result<Job, WireError> {
+    let Some(ops) = ops.as_array() else {
+        return Err(prereq("a job is a list of opcodes"));
+    };
+    if ops.is_empty() {
+        return Err(prereq("a job needs at least one opcode"));
+    }
+    let now_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_nanos())
+        .unwrap_or(0);
+    let mut queued = Vec::with_capacity(ops.len());
+    for (index, op) in ops.iter().enumerate() {
+        let parsed =
+            opcode::parse(op).map_err(|error| prereq(format!("opcode {index}: {error}")))?;
+        let input = opcode::with_absolute_dependencies(op, id)
+            .map_err(|error| prereq(format!("opcode {index}: {error}")))?;
+        let input = opcode::with_submit_reason(&input, id, index, now_ns);
+        queued.push(QueuedOpcode::new(input, parsed.common.priority));
+    }
+    Ok(Job {
+        id,
+        ops: queued,
+        received_timestamp: Some(Timestamp::now()),
+        start_timestamp: None,
+        end_timestamp: None,
+        livelock: None,
+        process_id: None,
+    })
+}
+
+fn prereq(message: impl Into<String>) -> WireError {
+    WireError {
+        class: "OpPrereqError",
+        args: vec![json!(message.into()), json!("wrong_input")],
+    }
+}
+
+fn job_lost(id: JobId) -> WireError {
+    WireError {
+        class: "JobLost",
+        args: vec![json!(format!("Job {id} not found"))],
+    }
+}
+
+/// A job id on the wire: a number, or a string of digits (older Ganeti
+/// clients send those).
+fn parse_job_id(value: &Value) -> Option<JobId> {
+    match value {
+        Value::Number(number) => number.as_u64(),
+        Value::String(text) => text.parse().ok(),
+        _ => None,
+    }
+    .filter(|&id| id > 0)
+}
+
+fn job_id(args: &Args, index: usize) -> Result<JobId, WireError> {
+    parse_job_id(args.get(index)).ok_or_else(|| args.bad(index, "is not a job id"))
+}
+
+fn field_names(args: &Args, index: usize) -> Result<Vec<String>, WireError> {
+    let fields = args.list(index)?;
+    fields
+        .iter()
+        .map(|field| match field.as_str() {
+            Some(name) if FIELDS.contains(&name) => Ok(name.to_owned()),
+            Some(name) => Err(WireError {
+                class: "OpPrereqError",
+                args: vec![
+                    json!(format!("Unknown job field '{name}'")),
+                    json!("wrong_input"),
+                ],
+            }),
+            None => Err(args.bad(index, "holds a field name that is not a string")),
+        })
+        .collect()
+}
+
+/// The `WaitForJobChange` reply for a job, or `None` if nothing changed
+/// and `only_if_changed` (a final job always answers).
+fn change_reply(
+    job: &Job,
+    fields: &[String],
+    previous: &Value,
+    log_serial: u64,
+    only_if_changed: bool,
+) -> Option<Value> {
+    let values = Value::Array(
+        fields
+            .iter()
+            .map(|field| job.field(field, false).unwrap_or(Value::Null))
+            .collect(),
+    );
+    let log: Vec<Value> = job
+        .log_after(log_serial)
+        .into_iter()
+        .map(|entry| json!(entry))
+        .collect();
+    let changed = &values != previous || !log.is_empty() || job.is_final();
+    (changed || !only_if_changed).then(|| json!([values, log]))
+}

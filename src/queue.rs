@@ -1,0 +1,457 @@
+//! The job queue on disk (jobs.md "Queue on disk"): `<root>/queue` with
+//! Ganeti's layout. `serial` (last id handed out), `version`, `lock` (held
+//! by the running luxid), `drain` (present = drained), `job-<id>` per live
+//! job, `archive/<id div 10000>/job-<id>` per archived job.
+//!
+//! Every write is atomic (temp file, fsync, rename); the directory is
+//! synced when the set of files changes. Both luxid and the job runner
+//! write job files through here: luxid until the runner starts and after it
+//! died, the runner in between.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+
+use crate::jobs::{Job, JobId};
+use crate::store::{StoreError, atomic_write, sync_dir};
+
+pub const QUEUE_DIR: &str = "queue";
+pub const SERIAL_FILE: &str = "serial";
+pub const VERSION_FILE: &str = "version";
+pub const LOCK_FILE: &str = "lock";
+pub const DRAIN_FILE: &str = "drain";
+pub const ARCHIVE_DIR: &str = "archive";
+/// The queue format this code reads and writes.
+pub const QUEUE_VERSION: u32 = 1;
+/// Archived jobs are spread over directories of this many ids.
+pub const ARCHIVE_IDS_PER_DIR: JobId = 10_000;
+
+/// A job file name: `job-<id>`.
+pub fn job_file_name(id: JobId) -> String {
+    format!("job-{id}")
+}
+
+/// The id of a job file name, or `None` for any other file (temp files,
+/// `serial`, ...).
+pub fn parse_job_file_name(name: &str) -> Option<JobId> {
+    let digits = name.strip_prefix("job-")?;
+    if digits.is_empty() || !digits.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().filter(|&id| id > 0)
+}
+
+/// Where a job's file lives while it is in the queue.
+pub fn job_path(queue_dir: &Path, id: JobId) -> PathBuf {
+    queue_dir.join(job_file_name(id))
+}
+
+/// Where a job's file lives once archived.
+pub fn archived_job_path(queue_dir: &Path, id: JobId) -> PathBuf {
+    queue_dir
+        .join(ARCHIVE_DIR)
+        .join((id / ARCHIVE_IDS_PER_DIR).to_string())
+        .join(job_file_name(id))
+}
+
+/// Reads and decodes a job file; `Ok(None)` when it does not exist.
+pub fn read_job_file(path: &Path) -> Result<Option<Job>, StoreError> {
+    let bytes = match fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(StoreError::io(path)(error)),
+    };
+    let job: Job = serde_json::from_slice(&bytes)
+        .map_err(|error| StoreError::damaged(path, format!("not a job file: {error}")))?;
+    let named = path
+        .file_name()
+        .and_then(|name| name.to_str())
+        .and_then(parse_job_file_name);
+    if named.is_some_and(|id| id != job.id) {
+        return Err(StoreError::damaged(
+            path,
+            format!("holds job {} under another job's name", job.id),
+        ));
+    }
+    if job.ops.is_empty() {
+        return Err(StoreError::damaged(path, "a job without opcodes"));
+    }
+    Ok(Some(job))
+}
+
+/// The encoded form of a job file.
+pub fn encode_job(job: &Job) -> Vec<u8> {
+    let mut bytes = serde_json::to_vec(job).expect("a job always serializes");
+    bytes.push(b'\n');
+    bytes
+}
+
+/// Replaces the file of a job that already has one (atomic; the set of
+/// files does not change, so the directory is not synced).
+pub fn replace_job_file(queue_dir: &Path, job: &Job) -> io::Result<()> {
+    let path = job_path(queue_dir, job.id);
+    let temp = temp_path(&path);
+    let result = write_synced(&temp, &encode_job(job)).and_then(|()| fs::rename(&temp, &path));
+    if result.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    result
+}
+
+fn temp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+/// What luxid found in the queue at start-up.
+pub struct Loaded {
+    /// Jobs of the queue (not archived), by id.
+    pub jobs: Vec<Job>,
+    /// Job files that could not be read: each is logged and left alone.
+    pub skipped: Vec<StoreError>,
+}
+
+/// The queue of one root, held by one luxid.
+pub struct Queue {
+    dir: PathBuf,
+    /// The flock on `queue/lock`, held for luxid's life.
+    _lock: File,
+    /// The last id handed out (in memory; durable once written).
+    serial: JobId,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("another luxid is running on this queue (it holds {0})")]
+    AlreadyRunning(PathBuf),
+}
+
+impl Queue {
+    /// Opens (creating if needed) the queue under `root`, takes its lock
+    /// and reads every job file (in parallel).
+    pub fn open(root: &Path) -> Result<(Queue, Loaded), QueueError> {
+        let dir = root.join(QUEUE_DIR);
+        for path in [&dir, &dir.join(ARCHIVE_DIR)] {
+            match fs::create_dir(path) {
+                Ok(()) => sync_dir(path.parent().expect("under the root"))
+                    .map_err(StoreError::io(path))?,
+                Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(error) => return Err(StoreError::io(path)(error).into()),
+            }
+        }
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&lock_path)
+            .map_err(StoreError::io(&lock_path))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => return Err(QueueError::AlreadyRunning(lock_path)),
+            Err(fs::TryLockError::Error(error)) => {
+                return Err(StoreError::io(&lock_path)(error).into());
+            }
+        }
+        check_version(&dir)?;
+        let serial = read_serial(&dir.join(SERIAL_FILE))?;
+        let loaded = scan(&dir)?;
+        let highest = loaded.jobs.iter().map(|job| job.id).max().unwrap_or(0);
+        let queue = Queue {
+            // A job file written before a crash cut the serial's write
+            // short still counts: ids never go backwards.
+            serial: serial.max(highest),
+            dir,
+            _lock: lock,
+        };
+        Ok((queue, loaded))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn serial(&self) -> JobId {
+        self.serial
+    }
+
+    /// Hands out the next id (durable with the next [`Queue::commit_new`]).
+    pub fn next_id(&mut self) -> JobId {
+        self.serial += 1;
+        self.serial
+    }
+
+    /// Makes new jobs and the serial durable together: every job file is
+    /// written to a temp file and synced (in parallel, so the syncs overlap
+    /// in the device), then renamed into place, then the serial is written
+    /// and the directory synced once.
+    pub fn commit_new(&self, jobs: &[Job]) -> io::Result<()> {
+        let temps: Vec<(PathBuf, PathBuf)> = jobs
+            .par_iter()
+            .map(|job| {
+                let path = job_path(&self.dir, job.id);
+                let temp = temp_path(&path);
+                write_synced(&temp, &encode_job(job)).map(|()| (temp, path))
+            })
+            .collect::<io::Result<_>>()?;
+        for (temp, path) in &temps {
+            fs::rename(temp, path)?;
+        }
+        let serial_path = self.dir.join(SERIAL_FILE);
+        let temp = temp_path(&serial_path);
+        write_synced(&temp, format!("{}\n", self.serial).as_bytes())?;
+        fs::rename(&temp, &serial_path)?;
+        sync_dir(&self.dir)
+    }
+
+    /// Rewrites the file of a job luxid owns (not started, or its runner
+    /// is dead).
+    pub fn write_job(&self, job: &Job) -> io::Result<()> {
+        replace_job_file(&self.dir, job)
+    }
+
+    pub fn read_job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
+        read_job_file(&job_path(&self.dir, id))
+    }
+
+    pub fn read_archived(&self, id: JobId) -> Result<Option<Job>, StoreError> {
+        read_job_file(&archived_job_path(&self.dir, id))
+    }
+
+    /// Every archived job id, for a query of all jobs including archived.
+    pub fn archived_ids(&self) -> Vec<JobId> {
+        let mut ids = Vec::new();
+        let Ok(dirs) = fs::read_dir(self.dir.join(ARCHIVE_DIR)) else {
+            return ids;
+        };
+        for dir in dirs.flatten() {
+            let Ok(files) = fs::read_dir(dir.path()) else {
+                continue;
+            };
+            ids.extend(
+                files
+                    .flatten()
+                    .filter_map(|file| parse_job_file_name(file.file_name().to_str()?)),
+            );
+        }
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Moves a job's file into the archive, durably.
+    pub fn archive(&self, id: JobId) -> io::Result<()> {
+        let target = archived_job_path(&self.dir, id);
+        let target_dir = target.parent().expect("archive paths have a directory");
+        match fs::create_dir(target_dir) {
+            Ok(()) => sync_dir(&self.dir.join(ARCHIVE_DIR))?,
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(error) => return Err(error),
+        }
+        fs::rename(job_path(&self.dir, id), &target)?;
+        sync_dir(target_dir)?;
+        sync_dir(&self.dir)
+    }
+
+    pub fn is_drained(&self) -> bool {
+        self.dir.join(DRAIN_FILE).exists()
+    }
+
+    pub fn set_drained(&self, drained: bool) -> io::Result<()> {
+        let path = self.dir.join(DRAIN_FILE);
+        if drained {
+            atomic_write(&path, b"")
+        } else {
+            match fs::remove_file(&path) {
+                Ok(()) => sync_dir(&self.dir),
+                Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+                Err(error) => Err(error),
+            }
+        }
+    }
+}
+
+fn check_version(dir: &Path) -> Result<(), StoreError> {
+    let path = dir.join(VERSION_FILE);
+    match fs::read_to_string(&path) {
+        Ok(text) if text.trim() == QUEUE_VERSION.to_string() => Ok(()),
+        Ok(text) => Err(StoreError::damaged(
+            &path,
+            format!(
+                "queue format '{}' is not the one this luxid reads ({QUEUE_VERSION})",
+                text.trim()
+            ),
+        )),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            atomic_write(&path, format!("{QUEUE_VERSION}\n").as_bytes())
+                .map_err(StoreError::io(&path))
+        }
+        Err(error) => Err(StoreError::io(&path)(error)),
+    }
+}
+
+fn read_serial(path: &Path) -> Result<JobId, StoreError> {
+    match fs::read_to_string(path) {
+        Ok(text) => text
+            .trim()
+            .parse()
+            .map_err(|_| StoreError::damaged(path, format!("not a job id: '{}'", text.trim()))),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(0),
+        Err(error) => Err(StoreError::io(path)(error)),
+    }
+}
+
+/// Reads every `job-<id>` file of the queue directory in parallel. Temp
+/// files left by a crash are removed (they were never renamed into place,
+/// so nothing acknowledged depends on them).
+fn scan(dir: &Path) -> Result<Loaded, StoreError> {
+    let mut names = Vec::new();
+    for entry in fs::read_dir(dir).map_err(StoreError::io(dir))? {
+        let entry = entry.map_err(StoreError::io(dir))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with("job-") && name.ends_with(".tmp") {
+            let _ = fs::remove_file(entry.path());
+        } else if parse_job_file_name(name).is_some() {
+            names.push(entry.path());
+        }
+    }
+    let results: Vec<Result<Option<Job>, StoreError>> =
+        names.par_iter().map(|path| read_job_file(path)).collect();
+    let mut loaded = Loaded {
+        jobs: Vec::with_capacity(results.len()),
+        skipped: Vec::new(),
+    };
+    for result in results {
+        match result {
+            Ok(Some(job)) => loaded.jobs.push(job),
+            Ok(None) => {}
+            Err(error) => loaded.skipped.push(error),
+        }
+    }
+    loaded.jobs.sort_unstable_by_key(|job| job.id);
+    Ok(loaded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobs::QueuedOpcode;
+    use serde_json::json;
+
+    fn job(id: JobId) -> Job {
+        Job {
+            id,
+            ops: vec![QueuedOpcode::new(
+                json!({"OP_ID": "OP_TEST_DELAY", "duration": 0.1}),
+                0,
+            )],
+            received_timestamp: None,
+            start_timestamp: None,
+            end_timestamp: None,
+            livelock: None,
+            process_id: None,
+        }
+    }
+
+    #[test]
+    fn job_file_names() {
+        assert_eq!(parse_job_file_name("job-17"), Some(17));
+        for name in ["job-", "job-0", "job-1.tmp", "job--1", "serial", "job-1a"] {
+            assert_eq!(parse_job_file_name(name), None, "{name}");
+        }
+        assert_eq!(
+            archived_job_path(Path::new("/q"), 12_345),
+            Path::new("/q/archive/1/job-12345")
+        );
+    }
+
+    #[test]
+    fn new_jobs_and_serial_survive_a_reopen() {
+        let root = tempfile::tempdir().unwrap();
+        let (mut queue, loaded) = Queue::open(root.path()).unwrap();
+        assert!(loaded.jobs.is_empty());
+        let jobs: Vec<Job> = (0..3).map(|_| job(queue.next_id())).collect();
+        queue.commit_new(&jobs).unwrap();
+        drop(queue);
+        let (queue, loaded) = Queue::open(root.path()).unwrap();
+        assert_eq!(queue.serial(), 3);
+        assert_eq!(loaded.jobs, jobs);
+    }
+
+    #[test]
+    fn a_second_opener_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let _first = Queue::open(root.path()).unwrap();
+        assert!(matches!(
+            Queue::open(root.path()),
+            Err(QueueError::AlreadyRunning(_))
+        ));
+    }
+
+    #[test]
+    fn serial_never_goes_behind_a_job_file() {
+        let root = tempfile::tempdir().unwrap();
+        let (queue, _) = Queue::open(root.path()).unwrap();
+        // As if a crash came after the job file's rename but before the
+        // serial's.
+        queue.write_job(&job(9)).unwrap();
+        drop(queue);
+        let (mut queue, loaded) = Queue::open(root.path()).unwrap();
+        assert_eq!(loaded.jobs.len(), 1);
+        assert_eq!(queue.next_id(), 10);
+    }
+
+    #[test]
+    fn a_damaged_job_file_is_skipped_and_named() {
+        let root = tempfile::tempdir().unwrap();
+        let (queue, _) = Queue::open(root.path()).unwrap();
+        queue.commit_new(&[job(1)]).unwrap();
+        fs::write(queue.dir().join("job-2"), b"{garbage").unwrap();
+        drop(queue);
+        let (_, loaded) = Queue::open(root.path()).unwrap();
+        assert_eq!(loaded.jobs.len(), 1);
+        assert_eq!(loaded.skipped.len(), 1);
+        assert!(loaded.skipped[0].to_string().contains("job-2"));
+    }
+
+    #[test]
+    fn archive_moves_the_file_and_keeps_it_readable() {
+        let root = tempfile::tempdir().unwrap();
+        let (queue, _) = Queue::open(root.path()).unwrap();
+        queue.commit_new(&[job(1)]).unwrap();
+        queue.archive(1).unwrap();
+        assert_eq!(queue.read_job(1).unwrap(), None);
+        assert_eq!(queue.read_archived(1).unwrap(), Some(job(1)));
+        assert_eq!(queue.archived_ids(), [1]);
+    }
+
+    #[test]
+    fn drain_flag_is_a_file() {
+        let root = tempfile::tempdir().unwrap();
+        let (queue, _) = Queue::open(root.path()).unwrap();
+        assert!(!queue.is_drained());
+        queue.set_drained(true).unwrap();
+        assert!(queue.is_drained());
+        queue.set_drained(false).unwrap();
+        assert!(!queue.is_drained());
+    }
+}
