@@ -2,7 +2,8 @@
 //!
 //! The library holds everything the binaries in `bin/` run: the pure lock
 //! core ([`locks`]), the wire protocol ([`protocol`]), durable files
-//! ([`store`]), the wconfd daemon ([`wconfd`]), the settings file
+//! ([`store`]), the wconfd daemon ([`wconfd`]), the job runner that runs
+//! one job's opcodes ([`runner`]), the settings file
 //! `warden.toml` ([`settings`]), livelock files and the death probe
 //! ([`liveness`]), the limits every part shares ([`limits`]), the few
 //! raw OS calls std lacks ([`sys`]), and the measuring and reporting of the
@@ -18,6 +19,7 @@ pub mod logging;
 pub mod luxid;
 pub mod protocol;
 pub mod queue;
+pub mod runner;
 pub mod settings;
 pub mod store;
 pub mod sys;

@@ -34,6 +34,8 @@ pub enum DaemonError {
     Queue(#[from] QueueError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("wconfd must run on the same root first: {0}")]
+    NoWconfd(crate::wconfd::client::ClientError),
     #[error("{what} {path}: {source}")]
     Io {
         what: &'static str,
@@ -77,6 +79,11 @@ pub fn start(root: &Path) -> Result<Server, DaemonError> {
             path: runner,
             source: io::Error::from(io::ErrorKind::NotFound),
         });
+    }
+    // luxid's jobs take their locks from wconfd: without it nothing runs.
+    if let Err(error) = crate::wconfd::client::Client::connect(root, settings.luxid.frame_bytes_max)
+    {
+        return Err(DaemonError::NoWconfd(error));
     }
     let (queue, loaded) = Queue::open(root)?;
     for skipped in &loaded.skipped {

@@ -38,6 +38,7 @@ use crate::protocol::{
 use crate::queue::{self, Queue, parse_job_file_name};
 use crate::settings::Settings;
 use crate::sys::{self, PeerCredentials};
+use crate::wconfd::client::{Client as WconfdClient, ClientError};
 
 const LISTENER: Token = Token(0);
 const SIGNALS: Token = Token(1);
@@ -108,6 +109,8 @@ pub struct Server {
     runner_path: PathBuf,
     queue: Queue,
     _livelock: Livelock,
+    /// The connection to wconfd, made again after a failure.
+    wconfd: Option<WconfdClient>,
     own_uid: u32,
     group_gid: Option<u32>,
     /// Every job of the queue (archived ones are read from disk).
@@ -176,6 +179,7 @@ impl Server {
             runner_path,
             queue,
             _livelock: livelock,
+            wconfd: None,
             own_uid: nix::unistd::geteuid().as_raw(),
             group_gid,
             jobs: jobs.into_iter().map(|job| (job.id, job)).collect(),
@@ -983,10 +987,9 @@ impl Server {
     }
 
     fn archive_job(&mut self, id: JobId) -> bool {
-        let archivable = self
-            .jobs
-            .get(&id)
-            .is_some_and(|job| job.is_final() && !self.runners.contains_key(&id));
+        // A runner never writes a final job file again: the job can move
+        // while its runner frees its locks and exits.
+        let archivable = self.jobs.get(&id).is_some_and(Job::is_final);
         if !archivable {
             return false;
         }
@@ -1290,9 +1293,50 @@ impl Server {
             "cannot write",
             &queue::job_path(self.queue.dir(), id),
         ))?;
+        self.free_locks(&job);
         self.jobs.insert(id, job);
         self.changed.push(id);
         Ok(())
+    }
+
+    /// Asks wconfd to free the locks and pending request of a dead job's
+    /// owner. wconfd finds dead owners by itself too (their process exits,
+    /// its periodic probe), but a job's livelock may outlive its runner
+    /// (its programs hold it until killed), so this makes it immediate. A
+    /// failure is logged: wconfd's periodic probe still frees them.
+    fn free_locks(&mut self, job: &Job) {
+        let (Some(livelock), Some(pid)) = (&job.livelock, job.process_id) else {
+            return;
+        };
+        let owner = json!([job.id, livelock, pid]);
+        // A kept connection may be stale (wconfd restarted): one retry on
+        // a fresh one.
+        for _attempt in 0..2 {
+            let mut client = match self.wconfd.take() {
+                Some(client) => client,
+                None => {
+                    match WconfdClient::connect(&self.root, self.settings.luxid.frame_bytes_max) {
+                        Ok(client) => client,
+                        Err(error) => {
+                            tracing::warn!(job = job.id, %error, "cannot ask wconfd to free a dead job's locks");
+                            return;
+                        }
+                    }
+                }
+            };
+            match client.call("freeLocks", json!([owner])) {
+                Ok(_) => {
+                    self.wconfd = Some(client);
+                    return;
+                }
+                Err(ClientError::Io(_)) => continue,
+                Err(error) => {
+                    tracing::warn!(job = job.id, %error, "wconfd refused to free a dead job's locks");
+                    self.wconfd = Some(client);
+                    return;
+                }
+            }
+        }
     }
 
     fn runner_done(&mut self, id: JobId) {

@@ -30,6 +30,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
 use crate::daemon::Wconfd;
+use crate::luxid::Cluster;
 
 /// Ganeti's client runs with the system's Python, which the Debian
 /// packages setup.sh installs belong to.
@@ -77,6 +78,11 @@ fn killed_owners_livelock_is_removed_by_cleanup() {
     run_scenario("death.py", &["livelock-removed"]);
 }
 
+#[test]
+fn luxi_client_and_poll_job() {
+    run_luxi_scenario("luxi_jobs.py");
+}
+
 /// The PYTHONPATH holding Ganeti's `ganeti` package; fails the test with
 /// what to do if there is none.
 fn ganeti_pythonpath() -> PathBuf {
@@ -106,15 +112,25 @@ fn ganeti_pythonpath() -> PathBuf {
 /// Runs `tests/ganeti_client/<script> ROOT <args>` against a fresh wconfd;
 /// panics with the scenario's output and wconfd's log unless it exits 0.
 fn run_scenario(script: &str, args: &[&str]) {
-    let pythonpath = ganeti_pythonpath();
     let wconfd = Wconfd::start();
-    let root = wconfd.root().path();
+    run_scenario_on(script, args, &wconfd.root().path(), &|| wconfd.log());
+}
+
+/// Runs a LUXI scenario against wconfd and luxid on a fresh root, luxid
+/// running one job at a time.
+fn run_luxi_scenario(script: &str) {
+    let cluster = Cluster::start_with_settings("[luxid]\nmax_running_jobs = 1\n");
+    run_scenario_on(script, &[], &cluster.root().path(), &|| cluster.logs());
+}
+
+fn run_scenario_on(script: &str, args: &[&str], root: &Path, logs: &dyn Fn() -> String) {
+    let pythonpath = ganeti_pythonpath();
     let output_path = root.join(format!("ganeti-client.{script}.out"));
     let output = File::create(&output_path).expect("create the scenario's output file");
     let mut command = Command::new(PYTHON);
     command
         .arg(Path::new(SCENARIO_DIR).join(script))
-        .arg(&root)
+        .arg(root)
         .args(args)
         .env("PYTHONPATH", &pythonpath)
         .env("PYTHONDONTWRITEBYTECODE", "1")
@@ -148,8 +164,8 @@ fn run_scenario(script: &str, args: &[&str]) {
     panic!(
         "scenario {script} {args:?} {failure}\n\
          ---- its output ----\n{output}\n\
-         ---- wconfd's log ----\n{}",
-        wconfd.log()
+         ---- the daemons' logs ----\n{}",
+        logs()
     );
 }
 

@@ -1,0 +1,466 @@
+//! `OP_EXEC` *(extension)*: runs a program while the job holds its locks
+//! (jobs.md "Opcodes").
+//!
+//! The program is started with a plain spawn (no shell, and no `pre_exec`
+//! hook, which would force std to fork instead of `posix_spawn`), in the
+//! runner's process group (luxid makes the
+//! runner a group leader, so cancel-with-kill reaches the program), with
+//! the runner's livelock descriptor inherited (the job counts as alive
+//! while the program runs), a cleared environment plus a minimal one and
+//! the opcode's, `cwd` (default `/`), and `stdin` written to it (else
+//! `/dev/null`). Every line it writes on stdout or stderr becomes a log
+//! entry. Its exit is watched through a pidfd in the runner's event loop;
+//! output is read until the program has exited and its pipes hold nothing
+//! more (what processes it left behind write later is not collected).
+
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use mio::unix::SourceFd;
+use mio::unix::pipe::{Receiver, Sender};
+use mio::{Interest, Token};
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+
+use super::log::LineSplitter;
+use super::{Context, OpResult, RunnerError};
+use crate::jobs::opcode::Exec;
+use crate::sys;
+
+const CHILD: Token = Token(20);
+const STDOUT: Token = Token(21);
+const STDERR: Token = Token(22);
+const STDIN: Token = Token(23);
+
+/// `PATH` of a program's minimal environment.
+pub const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Bytes read from one pipe before the runner looks at its other duties
+/// (the timeout, the other pipe, the log flush): a program writing without
+/// pause cannot starve them.
+const READ_BUDGET_BYTES: usize = 1024 * 1024;
+
+/// Read budgets spent on a pipe after the program exited, at most: what
+/// the pipe held at the exit (64 KiB by default) fits many times over.
+const DRAIN_AFTER_EXIT_BUDGETS: usize = 16;
+
+/// Bytes asked of a pipe per read.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// How a program ended, as the opcode's result records it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Ending {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub duration: Duration,
+    /// Killed because its timeout (seconds) passed.
+    pub timed_out: Option<f64>,
+}
+
+impl Ending {
+    fn of(status: ExitStatus, duration: Duration, timed_out: Option<f64>) -> Ending {
+        Ending {
+            exit_code: status.code(),
+            signal: status.signal(),
+            duration,
+            timed_out,
+        }
+    }
+
+    fn details(&self) -> Value {
+        json!({
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "duration": self.duration.as_secs_f64(),
+        })
+    }
+
+    /// The opcode's result: `Ok` only for exit code 0 within the timeout.
+    pub fn result(&self, program: &str) -> OpResult {
+        let reason = if let Some(timeout) = self.timed_out {
+            format!("{program} timed out after {timeout} s and was killed")
+        } else if let Some(signal) = self.signal {
+            let name = Signal::try_from(signal)
+                .map(|signal| format!(" ({})", signal.as_str()))
+                .unwrap_or_default();
+            format!("{program} was killed by signal {signal}{name}")
+        } else {
+            match self.exit_code {
+                Some(0) => return Ok(self.details()),
+                Some(code) => format!("{program} exited with code {code}"),
+                None => format!("{program} ended without an exit code"),
+            }
+        };
+        Err(json!(["OpExecError", [reason, self.details()]]))
+    }
+}
+
+/// The result of a program that could not be started.
+fn not_started(program: &str, why: impl std::fmt::Display) -> OpResult {
+    let details = json!({"exit_code": null, "signal": null, "duration": 0.0});
+    Err(json!([
+        "OpExecError",
+        [format!("cannot start {program}: {why}"), details]
+    ]))
+}
+
+/// The command for `exec`, not yet started.
+pub fn command(exec: &Exec, job: u64, root: &Path) -> Command {
+    let mut command = Command::new(&exec.argv[0]);
+    command
+        .args(&exec.argv[1..])
+        .env_clear()
+        .env("PATH", PATH)
+        .env("WARDEN_JOB_ID", job.to_string())
+        .env("WARDEN_ROOT", root)
+        .envs(exec.env.iter().map(|(name, value)| (name, value)))
+        .current_dir(exec.cwd.as_deref().unwrap_or("/"))
+        .stdin(if exec.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// One output pipe of the program.
+struct Output {
+    token: Token,
+    pipe: Option<Receiver>,
+    lines: LineSplitter,
+    /// The last read stopped at its budget: more may be waiting without a
+    /// new readiness event.
+    more: bool,
+}
+
+impl Output {
+    fn new(token: Token, pipe: Option<Receiver>) -> Output {
+        Output {
+            token,
+            pipe,
+            lines: LineSplitter::new(),
+            more: false,
+        }
+    }
+
+    /// Reads what the pipe holds now (up to the budget), logging each
+    /// line; at end of file the last partial line too, and the pipe is
+    /// closed.
+    fn drain(&mut self, context: &mut Context, index: usize) {
+        let Some(pipe) = &mut self.pipe else {
+            return;
+        };
+        let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+        let mut budget = READ_BUDGET_BYTES;
+        let mut ended = false;
+        self.more = false;
+        loop {
+            if budget == 0 {
+                self.more = true;
+                break;
+            }
+            match pipe.read(&mut chunk) {
+                Ok(0) => {
+                    ended = true;
+                    break;
+                }
+                Ok(read) => {
+                    budget = budget.saturating_sub(read);
+                    self.lines
+                        .push(&chunk[..read], &mut |line| context.log(index, line));
+                }
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read the program's output");
+                    ended = true;
+                    break;
+                }
+            }
+        }
+        if ended {
+            self.lines.finish(&mut |line| context.log(index, line));
+            if let Some(mut pipe) = self.pipe.take() {
+                let _ = context.registry().deregister(&mut pipe);
+            }
+        }
+    }
+
+    /// After the program exited: everything its pipe still holds, the last
+    /// partial line included.
+    ///
+    /// Bounded: a process the program left behind may go on writing to the
+    /// pipe for ever.
+    fn drain_all(&mut self, context: &mut Context, index: usize) {
+        for _ in 0..DRAIN_AFTER_EXIT_BUDGETS {
+            self.drain(context, index);
+            if !self.more {
+                break;
+            }
+        }
+        self.lines.finish(&mut |line| context.log(index, line));
+        if let Some(mut pipe) = self.pipe.take() {
+            let _ = context.registry().deregister(&mut pipe);
+        }
+    }
+}
+
+/// The program's stdin while there is something left to write.
+struct Input {
+    pipe: Option<Sender>,
+    bytes: Vec<u8>,
+    written: usize,
+}
+
+impl Input {
+    /// Writes what the pipe takes now; closes it when all is written or
+    /// the program closed its end.
+    fn feed(&mut self, context: &Context) {
+        let Some(pipe) = &mut self.pipe else {
+            return;
+        };
+        let done = loop {
+            if self.written == self.bytes.len() {
+                break true;
+            }
+            match pipe.write(&self.bytes[self.written..]) {
+                Ok(written) => self.written += written,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break false,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                // Most often: the program closed its stdin (EPIPE).
+                Err(_) => break true,
+            }
+        };
+        if done && let Some(mut pipe) = self.pipe.take() {
+            let _ = context.registry().deregister(&mut pipe);
+        }
+    }
+}
+
+/// Runs the program of opcode `index` to its end.
+pub(super) fn run(
+    context: &mut Context,
+    index: usize,
+    exec: &Exec,
+    root: &Path,
+) -> Result<OpResult, RunnerError> {
+    let program = exec.argv[0].as_str();
+    let started = Instant::now();
+    let mut child = match command(exec, context.job.id, root).spawn() {
+        Ok(child) => child,
+        Err(error) => return Ok(not_started(program, error)),
+    };
+    let pidfd = match sys::pidfd_open(child.id()) {
+        Ok(pidfd) => pidfd,
+        Err(error) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(not_started(program, format!("cannot watch it: {error}")));
+        }
+    };
+    let pidfd_raw = pidfd.as_raw_fd();
+    let registry = context.registry();
+    let watched = registry
+        .register(&mut SourceFd(&pidfd_raw), CHILD, Interest::READABLE)
+        .and_then(|()| {
+            let mut outputs = Vec::new();
+            for (token, pipe) in [
+                (STDOUT, child.stdout.take().map(Receiver::from)),
+                (STDERR, child.stderr.take().map(Receiver::from)),
+            ] {
+                let mut pipe = pipe;
+                if let Some(pipe) = &mut pipe {
+                    pipe.set_nonblocking(true)?;
+                    registry.register(pipe, token, Interest::READABLE)?;
+                }
+                outputs.push(Output::new(token, pipe));
+            }
+            let mut input = Input {
+                pipe: child.stdin.take().map(Sender::from),
+                bytes: exec.stdin.clone().unwrap_or_default().into_bytes(),
+                written: 0,
+            };
+            if let Some(pipe) = &mut input.pipe {
+                pipe.set_nonblocking(true)?;
+                registry.register(pipe, STDIN, Interest::WRITABLE)?;
+            }
+            Ok((outputs, input))
+        });
+    let (mut outputs, mut input) = match watched {
+        Ok(watched) => watched,
+        Err(error) => {
+            let _ = registry.deregister(&mut SourceFd(&pidfd_raw));
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(not_started(program, format!("cannot watch it: {error}")));
+        }
+    };
+    input.feed(context);
+    let status = supervise(
+        context,
+        index,
+        exec,
+        &mut child,
+        &mut outputs,
+        &mut input,
+        started,
+    );
+    let _ = context.registry().deregister(&mut SourceFd(&pidfd_raw));
+    drop(pidfd);
+    let (status, timed_out) = status?;
+    let ending = Ending::of(status, started.elapsed(), timed_out);
+    for output in &mut outputs {
+        output.drain_all(context, index);
+    }
+    if let Some(mut pipe) = input.pipe.take() {
+        let _ = context.registry().deregister(&mut pipe);
+    }
+    Ok(ending.result(program))
+}
+
+/// The event loop while the program runs: its output logged, its stdin
+/// fed, its timeout enforced. Answers its exit status and, if it was
+/// killed for its timeout, the timeout.
+fn supervise(
+    context: &mut Context,
+    index: usize,
+    exec: &Exec,
+    child: &mut Child,
+    outputs: &mut [Output],
+    input: &mut Input,
+    started: Instant,
+) -> Result<(ExitStatus, Option<f64>), RunnerError> {
+    let timeout_at = exec
+        .timeout
+        .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok())
+        .map(|timeout| started + timeout);
+    let mut timed_out = None;
+    loop {
+        if let Some(status) = exited(child)? {
+            return Ok((status, timed_out));
+        }
+        if timed_out.is_none() && timeout_at.is_some_and(|at| Instant::now() >= at) {
+            // SIGKILL to the program's pid; processes it started are left
+            // to the job's end (they hold the livelock, so the job's locks
+            // stay until they are gone).
+            if let Err(error) = child.kill() {
+                tracing::warn!(%error, "cannot kill the program at its timeout");
+            }
+            timed_out = exec.timeout;
+        }
+        let more = outputs.iter().any(|output| output.more);
+        let deadline = if more {
+            Some(Instant::now())
+        } else if timed_out.is_none() {
+            timeout_at
+        } else {
+            None
+        };
+        let ready = context.wait(deadline)?;
+        for output in outputs.iter_mut() {
+            if output.more
+                || ready
+                    .iter()
+                    .any(|event| event.token == output.token && event.readable)
+            {
+                output.drain(context, index);
+            }
+        }
+        if ready
+            .iter()
+            .any(|event| event.token == STDIN && event.writable)
+        {
+            input.feed(context);
+        }
+    }
+}
+
+/// The program's exit status, if it has exited (reaping it).
+fn exited(child: &mut Child) -> Result<Option<ExitStatus>, RunnerError> {
+    loop {
+        match child.try_wait() {
+            Ok(status) => return Ok(status),
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(RunnerError::Poll(error)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ending(exit_code: Option<i32>, signal: Option<i32>, timed_out: Option<f64>) -> Ending {
+        Ending {
+            exit_code,
+            signal,
+            duration: Duration::from_millis(1500),
+            timed_out,
+        }
+    }
+
+    #[test]
+    fn exit_zero_succeeds_with_the_details() {
+        assert_eq!(
+            ending(Some(0), None, None).result("/bin/true"),
+            Ok(json!({"exit_code": 0, "signal": null, "duration": 1.5}))
+        );
+    }
+
+    #[test]
+    fn failures_have_a_one_line_reason_and_the_details() {
+        let cases = [
+            (ending(Some(3), None, None), "/bin/x exited with code 3"),
+            (
+                ending(None, Some(15), None),
+                "/bin/x was killed by signal 15 (SIGTERM)",
+            ),
+            (
+                ending(None, Some(9), Some(0.5)),
+                "/bin/x timed out after 0.5 s and was killed",
+            ),
+        ];
+        for (ending, reason) in cases {
+            let result = ending.result("/bin/x").expect_err("a failure");
+            assert_eq!(result[0], "OpExecError");
+            assert_eq!(result[1][0], reason);
+            assert_eq!(result[1][1], ending.details());
+            assert!(!reason.contains('\n'));
+        }
+    }
+
+    #[test]
+    fn the_environment_is_minimal_plus_the_opcodes() {
+        let exec = Exec {
+            argv: vec!["/bin/env".into(), "-0".into()],
+            env: vec![("A".into(), "1".into()), ("PATH".into(), "/opt".into())],
+            cwd: None,
+            timeout: None,
+            locks: vec![],
+            stdin: None,
+        };
+        let command = command(&exec, 42, Path::new("/r"));
+        let env: Vec<(String, Option<String>)> = command
+            .get_envs()
+            .map(|(name, value)| {
+                (
+                    name.to_string_lossy().into_owned(),
+                    value.map(|value| value.to_string_lossy().into_owned()),
+                )
+            })
+            .collect();
+        assert!(env.contains(&("PATH".into(), Some("/opt".into()))));
+        assert!(env.contains(&("A".into(), Some("1".into()))));
+        assert!(env.contains(&("WARDEN_JOB_ID".into(), Some("42".into()))));
+        assert!(env.contains(&("WARDEN_ROOT".into(), Some("/r".into()))));
+        assert_eq!(command.get_current_dir(), Some(Path::new("/")));
+        let args: Vec<_> = command.get_args().collect();
+        assert_eq!(args, ["-0"]);
+    }
+}

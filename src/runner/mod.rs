@@ -1,0 +1,691 @@
+//! The job runner (jobs.md "Runner lifecycle", liveness.md): one process
+//! per job, started by luxid with the job's id. It proves it is alive with
+//! its livelock, takes each opcode's locks from wconfd, runs the opcodes in
+//! order, and records every step in the job's file, which it alone writes
+//! while it lives.
+//!
+//! Life of a runner:
+//! 1. SIGTERM is caught (a cancel request), then the livelock
+//!    `<root>/livelocks/job_<id:06>_<secs>` is created and locked, before
+//!    anything else (liveness.md); its descriptor is handed on to the
+//!    programs the runner starts.
+//! 2. The job file is read. A final job is left alone. Otherwise its
+//!    `livelock`, `process_id` and `start_timestamp` are recorded.
+//! 3. Each opcode in order: `waiting` (its dependencies and preconditions
+//!    are checked, then `cluster/BGL` shared plus its own locks are awaited
+//!    from wconfd at the opcode's priority), `running`, then `success` or
+//!    `error`; its locks are freed. A failure makes every later opcode
+//!    `error` ("Preceding opcode failed").
+//! 4. The job ends: `end_timestamp`, the final file, locks freed, the
+//!    livelock removed, exit 0.
+//!
+//! Invariants:
+//! - Every status change is durable (written, fsynced, renamed) before the
+//!   runner goes on; log entries alone are batched, written at most every
+//!   [`LOG_FLUSH_INTERVAL`].
+//! - A runner that returns `Ok` has left its job file final. Errors that
+//!   stop it early (no job file, a job file that cannot be written) return
+//!   `Err`; luxid then treats the job as a dead runner's.
+//! - Cancel (SIGTERM): while an opcode waits for its locks, its pending
+//!   request is dropped and it and every later opcode become `canceling`,
+//!   then `canceled`. A running opcode is never interrupted: the cancel
+//!   takes effect when the next opcode would start (Ganeti's rule, and the
+//!   one luxid's `CancelJob` answer promises).
+//!
+//! One thread, one mio [`Poll`]: the SIGTERM pipe, the wconfd socket, a
+//! program's pipes and exit (pidfd), a delay's socket. No async runtime.
+
+mod delay;
+pub mod dependency;
+mod exec;
+pub mod log;
+
+use std::fs;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use serde_json::{Value, json};
+use signal_hook::consts::SIGTERM;
+use signal_hook_mio::v1_0::Signals;
+
+use crate::jobs::opcode::{self, OpKind, Opcode};
+use crate::jobs::{Job, JobId, LOG_MESSAGE, Status, Timestamp};
+use crate::liveness::{Livelock, job_livelock_name};
+use crate::locks::{LockName, Mode};
+use crate::protocol::wconfd::encode_lock_modes;
+use crate::queue::{self, QUEUE_DIR};
+use crate::settings::Settings;
+use crate::store::StoreError;
+use crate::wconfd::LIVELOCK_DIR;
+use crate::wconfd::client::{Client, ClientError};
+
+use self::dependency::Verdict;
+use self::log::JobLog;
+
+/// Log entries are written at most this often (status changes at once):
+/// a program printing thousands of lines costs a few file writes a
+/// second, and a watching client still sees its output promptly.
+pub const LOG_FLUSH_INTERVAL: Duration = Duration::from_millis(50);
+
+/// The timeout of one `awaitLocks` call; on timeout the runner asks again.
+/// Long, as a grant is answered at once, but below wconfd's limit.
+const AWAIT_TIMEOUT_MS: u64 = 60_000;
+
+/// How much longer than an `awaitLocks` timeout its answer may take before
+/// wconfd counts as hung.
+const AWAIT_ANSWER_GRACE: Duration = Duration::from_secs(30);
+
+/// The result of canceled opcodes, as Ganeti writes it.
+const CANCELED_RESULT: &str = "Job canceled by request";
+
+/// The result of opcodes after a failed one.
+fn preceding_failed() -> Value {
+    json!(["OpExecError", ["Preceding opcode failed"]])
+}
+
+/// An opcode's error result: `[class, [message, ...]]`.
+fn op_error(class: &str, args: Value) -> Value {
+    json!([class, args])
+}
+
+fn exec_error(message: impl Into<String>) -> Value {
+    op_error("OpExecError", json!([message.into()]))
+}
+
+fn prereq_error(message: impl Into<String>) -> Value {
+    op_error("OpPrereqError", json!([message.into(), "wrong_input"]))
+}
+
+/// What stops a runner before it could finish its job file.
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    #[error("job id 0 does not exist (ids start at 1)")]
+    NoSuchId,
+    #[error("cannot resolve the root {path}: {source}")]
+    Root { path: PathBuf, source: io::Error },
+    #[error("the root {0} is not valid UTF-8, so no owner can name its livelock")]
+    RootNotUtf8(PathBuf),
+    #[error("cannot watch for signals: {0}")]
+    Signals(io::Error),
+    #[error("cannot create the livelock {name} in {dir}: {source}")]
+    Livelock {
+        dir: PathBuf,
+        name: String,
+        source: io::Error,
+    },
+    #[error("cannot hand the livelock on to the job's programs: {0}")]
+    HandOn(io::Error),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("job {0} has no job file in the queue")]
+    NoJobFile(JobId),
+    #[error("cannot write the job file {path}: {source}")]
+    Write { path: PathBuf, source: io::Error },
+    #[error("the event loop failed: {0}")]
+    Poll(io::Error),
+}
+
+/// Runs job `id` of `root` to its end (see the module documentation).
+pub fn run(root: &Path, id: JobId) -> Result<(), RunnerError> {
+    if id == 0 {
+        return Err(RunnerError::NoSuchId);
+    }
+    // Caught first: a cancel request must never kill the runner.
+    let signals = Signals::new([SIGTERM]).map_err(RunnerError::Signals)?;
+    // wconfd compares livelock paths with its canonical root.
+    let root = root.canonicalize().map_err(|source| RunnerError::Root {
+        path: root.to_owned(),
+        source,
+    })?;
+    let livelock_dir = root.join(LIVELOCK_DIR);
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let name = job_livelock_name(id, secs);
+    let livelock =
+        Livelock::create(&livelock_dir, &name).map_err(|source| RunnerError::Livelock {
+            dir: livelock_dir.clone(),
+            name,
+            source,
+        })?;
+    let result = run_holding(&root, id, &livelock, signals);
+    if let Err(error) = livelock.release() {
+        tracing::warn!(job = id, %error, "cannot remove the livelock");
+    }
+    result
+}
+
+/// The runner's life while it holds its livelock.
+fn run_holding(
+    root: &Path,
+    id: JobId,
+    livelock: &Livelock,
+    signals: Signals,
+) -> Result<(), RunnerError> {
+    let livelock_path = livelock
+        .path()
+        .to_str()
+        .ok_or_else(|| RunnerError::RootNotUtf8(root.to_owned()))?
+        .to_owned();
+    let queue_dir = root.join(QUEUE_DIR);
+    let path = queue::job_path(&queue_dir, id);
+    let job = queue::read_job_file(&path)?.ok_or(RunnerError::NoJobFile(id))?;
+    if job.is_final() {
+        tracing::info!(job = id, "the job is already final; nothing to run");
+        return Ok(());
+    }
+    livelock
+        .hand_on_to_children()
+        .map_err(RunnerError::HandOn)?;
+    let settings = Settings::load(root);
+    let log_bytes_max = match &settings {
+        Ok(settings) => settings.luxid.job_log_bytes_max,
+        Err(_) => Settings::default().luxid.job_log_bytes_max,
+    };
+    let mut context = Context::new(queue_dir, path, job, log_bytes_max, signals)?;
+    context.job.livelock = Some(livelock_path.clone());
+    context.job.process_id = Some(std::process::id());
+    context
+        .job
+        .start_timestamp
+        .get_or_insert_with(Timestamp::now);
+    context.write()?;
+    let mut runner = Runner {
+        root: root.to_owned(),
+        id,
+        owner: json!([id, livelock_path, std::process::id()]),
+        frame_bytes_max: Settings::default().wconfd.frame_bytes_max,
+        wconfd: None,
+        used_wconfd: false,
+        context,
+    };
+    match settings {
+        Ok(settings) => {
+            runner.frame_bytes_max = settings.wconfd.frame_bytes_max;
+            runner.run_opcodes()?;
+        }
+        Err(error) => {
+            let result = exec_error(format!("cannot load the settings: {error}"));
+            runner.context.job.finish_unfinished(Status::Error, &result);
+            runner.context.write()?;
+        }
+    }
+    runner.finish()
+}
+
+/// Token of the SIGTERM pipe; the others belong to the step that
+/// registers them.
+const SIGNAL: Token = Token(0);
+const WCONFD: Token = Token(1);
+
+/// One event of [`Context::wait`].
+#[derive(Clone, Copy, Debug)]
+struct Ready {
+    token: Token,
+    readable: bool,
+    writable: bool,
+}
+
+/// What every step of the runner shares: the event loop, the cancel
+/// request, and the job file with its log.
+struct Context {
+    poll: Poll,
+    events: Events,
+    signals: Signals,
+    cancel_requested: bool,
+    queue_dir: PathBuf,
+    path: PathBuf,
+    job: Job,
+    log: JobLog,
+    /// Log entries appended since the last write.
+    unwritten: bool,
+    last_write: Instant,
+}
+
+impl Context {
+    fn new(
+        queue_dir: PathBuf,
+        path: PathBuf,
+        job: Job,
+        log_bytes_max: usize,
+        mut signals: Signals,
+    ) -> Result<Context, RunnerError> {
+        let poll = Poll::new().map_err(RunnerError::Poll)?;
+        poll.registry()
+            .register(&mut signals, SIGNAL, Interest::READABLE)
+            .map_err(RunnerError::Poll)?;
+        let log = JobLog::new(&job, log_bytes_max);
+        Ok(Context {
+            poll,
+            events: Events::with_capacity(16),
+            signals,
+            cancel_requested: false,
+            queue_dir,
+            path,
+            job,
+            log,
+            unwritten: false,
+            last_write: Instant::now(),
+        })
+    }
+
+    /// Writes the job file now, durably. A job written final has its end
+    /// timestamp: a reader that sees it final sees it complete.
+    fn write(&mut self) -> Result<(), RunnerError> {
+        if self.job.is_final() {
+            self.job.end_timestamp.get_or_insert_with(Timestamp::now);
+        }
+        queue::replace_job_file(&self.queue_dir, &self.job).map_err(|source| {
+            RunnerError::Write {
+                path: self.path.clone(),
+                source,
+            }
+        })?;
+        self.unwritten = false;
+        self.last_write = Instant::now();
+        Ok(())
+    }
+
+    /// Appends an ordinary log entry to opcode `index` (written with the
+    /// next batch).
+    fn log(&mut self, index: usize, message: impl Into<String>) {
+        let message = Value::String(message.into());
+        if self.log.append(
+            &mut self.job.ops[index],
+            LOG_MESSAGE,
+            message,
+            Timestamp::now(),
+        ) {
+            self.unwritten = true;
+        }
+    }
+
+    /// Appends an entry a client needs to go on, and writes it now.
+    fn log_now(&mut self, index: usize, kind: &str, message: Value) -> Result<(), RunnerError> {
+        self.log
+            .append_always(&mut self.job.ops[index], kind, message, Timestamp::now());
+        self.write()
+    }
+
+    /// Writes the batched log entries if they waited long enough.
+    fn flush_if_due(&mut self, now: Instant) -> Result<(), RunnerError> {
+        if self.unwritten && now >= self.last_write + LOG_FLUSH_INTERVAL {
+            self.write()?;
+        }
+        Ok(())
+    }
+
+    /// Takes note of a SIGTERM that arrived.
+    fn check_signals(&mut self) {
+        if self.signals.pending().any(|signal| signal == SIGTERM) {
+            if !self.cancel_requested {
+                tracing::info!(job = self.job.id, "cancel requested (SIGTERM)");
+            }
+            self.cancel_requested = true;
+        }
+    }
+
+    /// Waits for events of the registered sources until `deadline` (none:
+    /// until an event), meanwhile noting SIGTERM and writing batched log
+    /// entries when due. Answers the events (possibly none: the deadline
+    /// passed or only a signal or a flush happened).
+    fn wait(&mut self, deadline: Option<Instant>) -> Result<Vec<Ready>, RunnerError> {
+        let now = Instant::now();
+        let flush_at = self.unwritten.then(|| self.last_write + LOG_FLUSH_INTERVAL);
+        let wake = match (deadline, flush_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let timeout = wake.map(|wake| wake.saturating_duration_since(now));
+        match self.poll.poll(&mut self.events, timeout) {
+            Ok(()) => {}
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(RunnerError::Poll(error)),
+        }
+        let mut ready = Vec::new();
+        let mut signalled = false;
+        for event in self.events.iter() {
+            if event.token() == SIGNAL {
+                signalled = true;
+            } else {
+                ready.push(Ready {
+                    token: event.token(),
+                    readable: event.is_readable() || event.is_read_closed() || event.is_error(),
+                    writable: event.is_writable() || event.is_write_closed() || event.is_error(),
+                });
+            }
+        }
+        if signalled {
+            self.check_signals();
+        }
+        self.flush_if_due(Instant::now())?;
+        Ok(ready)
+    }
+
+    fn registry(&self) -> &mio::Registry {
+        self.poll.registry()
+    }
+}
+
+/// How an opcode's lock request ended.
+enum Acquired {
+    Granted,
+    /// SIGTERM while waiting: the request is still pending in wconfd.
+    Canceled,
+}
+
+/// The result of running an opcode: `Ok(result)` for `success`,
+/// `Err(result)` for `error`.
+type OpResult = Result<Value, Value>;
+
+/// The runner of one job.
+struct Runner {
+    root: PathBuf,
+    id: JobId,
+    /// `[job_id, livelock, pid]`, the runner as a lock owner.
+    owner: Value,
+    frame_bytes_max: usize,
+    wconfd: Option<Client>,
+    /// Whether a lock request was ever sent (the final `freeLocks` is only
+    /// needed then).
+    used_wconfd: bool,
+    context: Context,
+}
+
+impl Runner {
+    fn run_opcodes(&mut self) -> Result<(), RunnerError> {
+        for index in 0..self.context.job.ops.len() {
+            if self.context.job.ops[index].status.is_final() {
+                continue;
+            }
+            self.context.check_signals();
+            if self.context.cancel_requested {
+                return self.cancel_from(index, CANCELED_RESULT, false);
+            }
+            if !self.run_opcode(index)? {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs opcode `index`; answers whether the job goes on.
+    fn run_opcode(&mut self, index: usize) -> Result<bool, RunnerError> {
+        {
+            let op = &mut self.context.job.ops[index];
+            op.status = Status::Waiting;
+            op.start_timestamp = Some(Timestamp::now());
+        }
+        self.context.write()?;
+        let parsed = match opcode::parse(&self.context.job.ops[index].input) {
+            Ok(parsed) => parsed,
+            Err(error) => return self.fail(index, prereq_error(error.0), false),
+        };
+        for dependency in &parsed.common.depends {
+            match self.judge(dependency) {
+                Verdict::Met => {}
+                Verdict::Error(message) => return self.fail(index, exec_error(message), false),
+                Verdict::Cancel(message) => {
+                    self.cancel_from(index, &message, false)?;
+                    return Ok(false);
+                }
+            }
+        }
+        if let OpKind::TestDelay(delay) = &parsed.kind
+            && let Err(result) = delay::check(delay)
+        {
+            return self.fail(index, result, false);
+        }
+        let priority = self.context.job.ops[index].priority;
+        match self.acquire(priority, &parsed.locks()) {
+            Ok(Acquired::Granted) => {}
+            Ok(Acquired::Canceled) => {
+                self.cancel_from(index, CANCELED_RESULT, true)?;
+                return Ok(false);
+            }
+            Err(message) => return self.fail(index, exec_error(message), true),
+        }
+        // A cancel that arrived with the grant still counts as one while
+        // waiting: the opcode has not started.
+        self.context.check_signals();
+        if self.context.cancel_requested {
+            self.cancel_from(index, CANCELED_RESULT, true)?;
+            return Ok(false);
+        }
+        {
+            let op = &mut self.context.job.ops[index];
+            op.status = Status::Running;
+            op.exec_timestamp = Some(Timestamp::now());
+        }
+        self.context.write()?;
+        let result = self.execute(index, &parsed)?;
+        let succeeded = result.is_ok();
+        {
+            let now = Timestamp::now();
+            let op = &mut self.context.job.ops[index];
+            self.context.log.finish_opcode(op, now);
+            op.end_timestamp = Some(now);
+            (op.status, op.result) = match result {
+                Ok(value) => (Status::Success, value),
+                Err(value) => (Status::Error, value),
+            };
+            if !succeeded {
+                self.context
+                    .job
+                    .finish_unfinished(Status::Error, &preceding_failed());
+            }
+        }
+        self.context.write()?;
+        self.free_locks();
+        Ok(succeeded)
+    }
+
+    fn execute(&mut self, index: usize, parsed: &Opcode) -> Result<OpResult, RunnerError> {
+        match &parsed.kind {
+            OpKind::TestDelay(delay) => {
+                delay::run(&mut self.context, index, delay, &self.root.join("socket"))
+            }
+            OpKind::Exec(program) => exec::run(&mut self.context, index, program, &self.root),
+        }
+    }
+
+    /// Opcode `index` fails before it ran with `result`; every later one
+    /// fails with "Preceding opcode failed". `drop_request`: a lock request
+    /// may be pending or granted. Answers that the job does not go on.
+    fn fail(
+        &mut self,
+        index: usize,
+        result: Value,
+        drop_request: bool,
+    ) -> Result<bool, RunnerError> {
+        let now = Timestamp::now();
+        let op = &mut self.context.job.ops[index];
+        self.context.log.finish_opcode(op, now);
+        op.status = Status::Error;
+        op.result = result;
+        op.end_timestamp = Some(now);
+        self.context
+            .job
+            .finish_unfinished(Status::Error, &preceding_failed());
+        self.context.write()?;
+        if drop_request {
+            self.free_locks();
+        }
+        Ok(false)
+    }
+
+    /// Cancels opcode `index` and every later one: `canceling` (durable),
+    /// the pending lock request dropped if `drop_request`, then `canceled`
+    /// with `result` (durable).
+    fn cancel_from(
+        &mut self,
+        index: usize,
+        result: &str,
+        drop_request: bool,
+    ) -> Result<(), RunnerError> {
+        for op in &mut self.context.job.ops[index..] {
+            if !op.status.is_final() {
+                op.status = Status::Canceling;
+            }
+        }
+        self.context.write()?;
+        if drop_request {
+            // The connection may hold an unanswered `awaitLocks`: a fresh
+            // one frees at once.
+            self.wconfd = None;
+            self.free_locks();
+        }
+        self.context
+            .job
+            .finish_unfinished(Status::Canceled, &json!(result));
+        self.context.write()
+    }
+
+    /// The verdict on one dependency, reading the dependency's job file.
+    fn judge(&self, dependency: &opcode::Dependency) -> Verdict {
+        let Some(id) = dependency::absolute_id(self.id, dependency) else {
+            return Verdict::Error(format!(
+                "Dependency error: job {} not found",
+                dependency.job
+            ));
+        };
+        let queue_dir = &self.context.queue_dir;
+        let read =
+            queue::read_job_file(&queue::job_path(queue_dir, id)).and_then(|job| match job {
+                Some(job) => Ok(Some(job)),
+                None => queue::read_job_file(&queue::archived_job_path(queue_dir, id)),
+            });
+        let status = match read {
+            Ok(job) => job.map(|job| job.status()),
+            Err(error) => return Verdict::Error(format!("Dependency error: {error}")),
+        };
+        dependency::judge(self.id, id, status, &dependency.statuses)
+    }
+
+    /// The connection to wconfd, made when first needed.
+    fn wconfd(&mut self) -> Result<&mut Client, ClientError> {
+        if self.wconfd.is_none() {
+            self.wconfd = Some(Client::connect(&self.root, self.frame_bytes_max)?);
+        }
+        Ok(self.wconfd.as_mut().expect("just connected"))
+    }
+
+    /// Waits until wconfd grants `cluster/BGL` shared plus `locks`, or a
+    /// cancel request arrives. `Err`: why the locks cannot be had (for
+    /// people).
+    fn acquire(&mut self, priority: i64, locks: &[(LockName, Mode)]) -> Result<Acquired, String> {
+        let mut wanted = vec![(LockName::Bgl, Mode::Shared)];
+        wanted.extend(locks.iter().cloned());
+        let request = encode_lock_modes(&wanted);
+        let args = json!([self.owner, priority, request, AWAIT_TIMEOUT_MS]);
+        self.used_wconfd = true;
+        let result = self.await_locks(&args);
+        if let Some(client) = &self.wconfd {
+            let _ = self
+                .context
+                .registry()
+                .deregister(&mut SourceFd(&client.as_raw_fd()));
+        }
+        if result.is_err() {
+            // The connection cannot be trusted to be in step any more.
+            self.wconfd = None;
+        }
+        result
+    }
+
+    fn await_locks(&mut self, args: &Value) -> Result<Acquired, String> {
+        let unreachable = |error: ClientError| format!("cannot get the locks from wconfd: {error}");
+        let client = self.wconfd().map_err(unreachable)?;
+        let fd = client.as_raw_fd();
+        self.context
+            .registry()
+            .register(&mut SourceFd(&fd), WCONFD, Interest::READABLE)
+            .map_err(|error| format!("cannot watch the connection to wconfd: {error}"))?;
+        loop {
+            self.context.check_signals();
+            if self.context.cancel_requested {
+                return Ok(Acquired::Canceled);
+            }
+            let client = self.wconfd.as_mut().expect("connected above");
+            client
+                .send("awaitLocks", args.clone())
+                .map_err(unreachable)?;
+            let deadline =
+                Instant::now() + Duration::from_millis(AWAIT_TIMEOUT_MS) + AWAIT_ANSWER_GRACE;
+            loop {
+                let ready = self
+                    .context
+                    .wait(Some(deadline))
+                    .map_err(|error| error.to_string())?;
+                if self.context.cancel_requested {
+                    return Ok(Acquired::Canceled);
+                }
+                if ready
+                    .iter()
+                    .any(|event| event.token == WCONFD && event.readable)
+                {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    let waited = Duration::from_millis(AWAIT_TIMEOUT_MS) + AWAIT_ANSWER_GRACE;
+                    return Err(format!(
+                        "wconfd did not answer a lock request within {} s",
+                        waited.as_secs()
+                    ));
+                }
+            }
+            let client = self.wconfd.as_mut().expect("connected above");
+            match client.receive() {
+                Ok(Value::Array(blockers)) if blockers.is_empty() => return Ok(Acquired::Granted),
+                // Timed out with blockers: the request stays pending; ask
+                // again.
+                Ok(Value::Array(_)) => continue,
+                Ok(other) => {
+                    return Err(format!("wconfd answered a lock request with {other}"));
+                }
+                Err(error) => return Err(unreachable(error)),
+            }
+        }
+    }
+
+    /// Frees every lock of the runner and drops its pending request; a
+    /// failure is logged (wconfd frees them anyway once the livelock is
+    /// gone).
+    fn free_locks(&mut self) {
+        if !self.used_wconfd {
+            return;
+        }
+        let owner = self.owner.clone();
+        let result = self
+            .wconfd()
+            .and_then(|client| client.call("freeLocks", json!([owner])));
+        if let Err(error) = result {
+            tracing::warn!(job = self.id, %error, "cannot free the job's locks");
+            self.wconfd = None;
+        }
+    }
+
+    /// The job's end: its final file (written again only if log entries
+    /// wait), then its locks freed.
+    fn finish(mut self) -> Result<(), RunnerError> {
+        assert!(self.context.job.is_final(), "a runner leaves a final job");
+        if self.context.unwritten || self.context.job.end_timestamp.is_none() {
+            self.context.write()?;
+        }
+        self.free_locks();
+        Ok(())
+    }
+}
+
+/// Removes a file that may not exist.
+fn remove_if_present(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
+        _ => Ok(()),
+    }
+}

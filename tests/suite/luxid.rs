@@ -1,0 +1,735 @@
+//! luxid with real job runners and a real wconfd, over LUXI (jobs.md):
+//! submission, queries, long polls, cancel, archive, priorities,
+//! dependencies, lock contention, and the deaths of runners and of luxid.
+//!
+//! [`Cluster`] is a temp root with both daemons; jobs are real `job-runner`
+//! processes running `OP_EXEC` programs and `OP_TEST_DELAY`s.
+
+use std::fs::{self, File};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
+
+use crate::daemon::{Client, DEADLINE, Root, Wconfd, wait_for_exit, wait_until};
+
+/// A running (or stopped) luxid on a root; killed when dropped.
+pub struct Luxid {
+    child: Option<Child>,
+    log_path: PathBuf,
+}
+
+impl Luxid {
+    pub fn socket(root: &Root) -> PathBuf {
+        root.path().join("socket/luxid.sock")
+    }
+
+    pub fn start_on(root: &Root) -> Luxid {
+        match Luxid::try_start_on(root) {
+            Ok(luxid) => luxid,
+            Err((status, log)) => panic!("luxid exited with {status} before serving:\n{log}"),
+        }
+    }
+
+    /// Starts luxid on `root` and waits until a connection reaches *this*
+    /// process; if it exits first, answers its exit status and log.
+    pub fn try_start_on(root: &Root) -> Result<Luxid, (ExitStatus, String)> {
+        static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log_path = root.path().join(format!("luxid.{serial}.log"));
+        let log = File::create(&log_path).expect("create the log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_luxid"))
+            .arg("--root")
+            .arg(root.path())
+            .env("WARDEN_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn luxid");
+        let mut luxid = Luxid {
+            child: Some(child),
+            log_path,
+        };
+        let pid = luxid.pid();
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if let Some(status) = luxid.child.as_mut().unwrap().try_wait().unwrap() {
+                luxid.child = None;
+                return Err((status, luxid.log()));
+            }
+            if let Ok(stream) = UnixStream::connect(Luxid::socket(root))
+                && warden::sys::peer_credentials(&stream).is_ok_and(|peer| peer.pid == pid)
+            {
+                return Ok(luxid);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "luxid not ready within {DEADLINE:?}:\n{}",
+                luxid.log()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("luxid is running").id()
+    }
+
+    pub fn log(&self) -> String {
+        String::from_utf8_lossy(&fs::read(&self.log_path).unwrap_or_default()).into_owned()
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().expect("SIGKILL luxid");
+            child.wait().expect("reap luxid");
+        }
+    }
+
+    pub fn stop(&mut self) {
+        let pid = self.pid();
+        kill(Pid::from_raw(pid as i32), Signal::SIGTERM).expect("SIGTERM luxid");
+        let status = wait_for_exit(self.child.as_mut().unwrap(), DEADLINE);
+        self.child = None;
+        assert!(
+            status.success(),
+            "luxid stopped with {status}:\n{}",
+            self.log()
+        );
+    }
+}
+
+impl Drop for Luxid {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// wconfd and luxid on one temp root.
+pub struct Cluster {
+    pub wconfd: Wconfd,
+    pub luxid: Luxid,
+}
+
+impl Cluster {
+    pub fn start() -> Cluster {
+        Cluster::start_with_settings("")
+    }
+
+    pub fn start_with_settings(toml: &str) -> Cluster {
+        let root = Root::new();
+        fs::write(root.path().join("warden.toml"), toml).expect("write warden.toml");
+        let wconfd = Wconfd::restart_on(&root);
+        let luxid = Luxid::start_on(&root);
+        Cluster { wconfd, luxid }
+    }
+
+    pub fn root(&self) -> &Root {
+        self.wconfd.root()
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(&Luxid::socket(self.root()))
+    }
+
+    pub fn wconfd_client(&self) -> Client {
+        self.wconfd.client()
+    }
+
+    pub fn submit(&self, ops: Value) -> u64 {
+        let id = self.client().ok("SubmitJob", json!([ops]));
+        id.as_u64()
+            .unwrap_or_else(|| panic!("SubmitJob answered {id}"))
+    }
+
+    /// QueryJobs of one job's fields.
+    pub fn query(&self, id: u64, fields: &[&str]) -> Vec<Value> {
+        let rows = self.client().ok("QueryJobs", json!([[id], fields]));
+        rows[0].as_array().expect("a row").clone()
+    }
+
+    pub fn status(&self, id: u64) -> String {
+        self.query(id, &["status"])[0]
+            .as_str()
+            .unwrap_or("(none)")
+            .to_owned()
+    }
+
+    /// Waits until the job is final; answers its status.
+    pub fn wait_final(&self, id: u64) -> String {
+        let mut status = String::new();
+        wait_until(&format!("job {id} finishes"), DEADLINE, || {
+            status = self.status(id);
+            matches!(status.as_str(), "success" | "error" | "canceled")
+        });
+        status
+    }
+
+    /// Dumps both logs (for a failing assertion's message).
+    pub fn logs(&self) -> String {
+        format!(
+            "--- luxid:\n{}\n--- wconfd:\n{}",
+            self.luxid.log(),
+            self.wconfd.log()
+        )
+    }
+}
+
+fn exec(argv: &[&str]) -> Value {
+    json!({"OP_ID": "OP_EXEC", "argv": argv})
+}
+
+fn delay(seconds: f64) -> Value {
+    json!({"OP_ID": "OP_TEST_DELAY", "duration": seconds, "on_master": true})
+}
+
+fn log_messages(oplog: &Value) -> Vec<String> {
+    oplog
+        .as_array()
+        .expect("a log")
+        .iter()
+        .map(|entry| entry[3].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_delay_job_runs_to_success_with_timestamps() {
+    let cluster = Cluster::start();
+    let id = cluster.submit(json!([delay(0.05)]));
+    assert_eq!(id, 1);
+    assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
+    let row = cluster.query(
+        id,
+        &[
+            "id",
+            "status",
+            "opstatus",
+            "opresult",
+            "summary",
+            "received_ts",
+            "start_ts",
+            "end_ts",
+            "opstart",
+            "opexec",
+            "opend",
+            "priority",
+            "oppriority",
+            "archived",
+        ],
+    );
+    assert_eq!(row[0], json!(1));
+    assert_eq!(row[2], json!(["success"]));
+    assert_eq!(row[3], json!([null]));
+    assert_eq!(row[4], json!(["TEST_DELAY(0.05)"]));
+    let ts = |value: &Value| value[0].as_f64().unwrap() + value[1].as_f64().unwrap() / 1e6;
+    let (received, started, ended) = (ts(&row[5]), ts(&row[6]), ts(&row[7]));
+    let (op_start, op_exec, op_end) = (ts(&row[8][0]), ts(&row[9][0]), ts(&row[10][0]));
+    assert!(received <= started && started <= op_start, "{row:?}");
+    assert!(
+        op_start <= op_exec && op_exec + 0.05 <= op_end + 1e-3,
+        "{row:?}"
+    );
+    assert!(op_end <= ended, "{row:?}");
+    assert_eq!(row[11], json!(0));
+    assert_eq!(row[12], json!([0]));
+    assert_eq!(row[13], json!(false));
+}
+
+#[test]
+fn exec_output_becomes_the_log_and_exit_status_the_result() {
+    let cluster = Cluster::start();
+    let id = cluster.submit(json!([exec(&[
+        "/bin/sh",
+        "-c",
+        "echo one; echo two >&2; exit 0"
+    ])]));
+    assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
+    let row = cluster.query(id, &["oplog", "opresult"]);
+    let mut lines = log_messages(&row[0][0]);
+    lines.sort();
+    assert_eq!(lines, ["one", "two"]);
+    assert_eq!(row[1][0]["exit_code"], json!(0));
+    assert_eq!(row[1][0]["signal"], json!(null));
+}
+
+#[test]
+fn a_failing_opcode_fails_the_ones_after_it() {
+    let cluster = Cluster::start();
+    let id = cluster.submit(json!([
+        exec(&["/bin/true"]),
+        exec(&["/bin/sh", "-c", "exit 3"]),
+        delay(0.01)
+    ]));
+    assert_eq!(cluster.wait_final(id), "error", "{}", cluster.logs());
+    let row = cluster.query(id, &["opstatus", "opresult"]);
+    assert_eq!(row[0], json!(["success", "error", "error"]));
+    assert_eq!(row[1][1][0], json!("OpExecError"));
+    assert_eq!(row[1][1][1][1]["exit_code"], json!(3));
+    assert_eq!(
+        row[1][2],
+        json!(["OpExecError", ["Preceding opcode failed"]])
+    );
+}
+
+#[test]
+fn invalid_submissions_are_refused_and_nothing_is_written() {
+    let cluster = Cluster::start();
+    let mut client = cluster.client();
+    let cases = [
+        json!([]),
+        json!([{"OP_ID": "OP_NO_SUCH_THING"}]),
+        json!([{"OP_ID": "OP_EXEC", "argv": []}]),
+        json!([{"OP_ID": "OP_EXEC", "argv": ["/bin/true"], "priority": 7}]),
+        json!([{"OP_ID": "OP_EXEC"}]),
+        json!("not a list"),
+    ];
+    for ops in cases {
+        let (class, message) = client.fails("SubmitJob", json!([ops]));
+        assert_eq!(class, "OpPrereqError", "{ops}: {message}");
+    }
+    let serial = cluster.root().path().join("queue/serial");
+    assert!(!serial.exists(), "nothing was submitted, yet serial exists");
+    // The next valid job gets id 1.
+    assert_eq!(cluster.submit(json!([exec(&["/bin/true"])])), 1);
+}
+
+#[test]
+fn queries_of_unknown_jobs_and_fields() {
+    let cluster = Cluster::start();
+    let mut client = cluster.client();
+    let rows = client.ok("QueryJobs", json!([[42], ["id", "status"]]));
+    assert_eq!(rows, json!([[42, null]]));
+    let (class, _) = client.fails("QueryJobs", json!([[1], ["no_such_field"]]));
+    assert_eq!(class, "OpPrereqError");
+    let (class, _) = client.fails("WaitForJobChange", json!([42, ["status"], null, null, 1]));
+    assert_eq!(class, "JobLost");
+    assert_eq!(
+        client.ok("CancelJob", json!([42])),
+        json!([false, "Job 42 not found in queue"])
+    );
+    assert_eq!(client.ok("ArchiveJob", json!([42])), json!(false));
+    let (class, _) = client.fails("NoSuchMethod", json!([]));
+    assert_eq!(class, "GenericError");
+}
+
+#[test]
+fn drained_queue_refuses_plain_submissions() {
+    let cluster = Cluster::start();
+    let mut client = cluster.client();
+    assert_eq!(client.ok("SetDrainFlag", json!([true])), json!(true));
+    assert_eq!(
+        client.ok("QueryConfigValues", json!([["drain_flag"]])),
+        json!([true])
+    );
+    let (class, message) = client.fails("SubmitJob", json!([[exec(&["/bin/true"])]]));
+    assert_eq!(
+        (class.as_str(), message.as_str()),
+        ("GenericError", "Queue drained")
+    );
+    let id = client.ok("SubmitJobToDrainedQueue", json!([[exec(&["/bin/true"])]]));
+    assert_eq!(id, json!(1));
+    client.ok("SetDrainFlag", json!([false]));
+    assert_eq!(
+        client.ok("QueryConfigValues", json!([["drain_flag", "nope"]])),
+        json!([false, null])
+    );
+    assert_eq!(cluster.wait_final(1), "success");
+}
+
+#[test]
+fn wait_for_job_change_wakes_on_change_and_times_out() {
+    let cluster = Cluster::start();
+    let id = cluster.submit(json!([delay(0.3)]));
+    let mut client = cluster.client();
+    // A finished or changed view answers at once.
+    let reply = client.ok("WaitForJobChange", json!([id, ["status"], null, null, 5]));
+    let mut previous = reply[0].clone();
+    let mut serial = 0;
+    let started = Instant::now();
+    while previous != json!(["success"]) {
+        let reply = client.ok(
+            "WaitForJobChange",
+            json!([id, ["status"], previous, serial, 5]),
+        );
+        assert_ne!(
+            reply[0], previous,
+            "an answer before the timeout means a change"
+        );
+        for entry in reply[1].as_array().unwrap() {
+            let entry_serial = entry[0].as_u64().unwrap();
+            assert!(entry_serial > serial, "log entry {entry} resent");
+            serial = entry_serial;
+        }
+        previous = reply[0].clone();
+    }
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // A finished job answers at once, unchanged.
+    let reply = client.ok(
+        "WaitForJobChange",
+        json!([id, ["status"], previous, serial, 5]),
+    );
+    assert_eq!(reply, json!([["success"], []]));
+}
+
+#[test]
+fn wait_for_job_change_times_out_with_the_unchanged_view() {
+    let cluster = Cluster::start_with_settings("[luxid]\nmax_running_jobs = 1\n");
+    let blocker = cluster.submit(json!([delay(5.0)]));
+    let id = cluster.submit(json!([delay(0.01)]));
+    let mut client = cluster.client();
+    let view = client.ok("WaitForJobChange", json!([id, ["status"], null, null, 1]))[0].clone();
+    assert_eq!(view, json!(["queued"]));
+    let started = Instant::now();
+    let reply = client.ok("WaitForJobChange", json!([id, ["status"], view, 0, 0.3]));
+    let waited = started.elapsed();
+    assert_eq!(reply, json!([["queued"], []]));
+    assert!(
+        waited >= Duration::from_millis(290) && waited < Duration::from_secs(2),
+        "{waited:?}"
+    );
+    client.ok("CancelJob", json!([blocker, true]));
+}
+
+#[test]
+fn cancel_of_a_queued_job_dequeues_it() {
+    let cluster = Cluster::start_with_settings("[luxid]\nmax_running_jobs = 1\n");
+    let blocker = cluster.submit(json!([delay(5.0)]));
+    let id = cluster.submit(json!([exec(&["/bin/true"])]));
+    let mut client = cluster.client();
+    assert_eq!(
+        client.ok("CancelJob", json!([id])),
+        json!([true, format!("Dequeued job {id}")])
+    );
+    assert_eq!(cluster.status(id), "canceled");
+    let row = cluster.query(id, &["opstatus", "end_ts"]);
+    assert_eq!(row[0], json!(["canceled"]));
+    assert!(row[1].is_array());
+    let finished = client.ok("CancelJob", json!([id]));
+    assert_eq!(finished[0], json!(false));
+    client.ok("CancelJob", json!([blocker, true]));
+    assert_eq!(cluster.wait_final(blocker), "error");
+}
+
+#[test]
+fn cancel_with_kill_ends_a_running_job_as_dead() {
+    let cluster = Cluster::start();
+    let id = cluster.submit(json!([exec(&["/bin/sleep", "30"])]));
+    wait_until("the job runs", DEADLINE, || cluster.status(id) == "running");
+    let mut client = cluster.client();
+    let reply = client.ok("CancelJob", json!([id]));
+    assert_eq!(
+        reply,
+        json!([
+            false,
+            "Job no longer waiting, can't cancel (informed it anyway)"
+        ])
+    );
+    assert_eq!(cluster.status(id), "running");
+    let reply = client.ok("CancelJob", json!([id, true]));
+    assert_eq!(reply[0], json!(true));
+    assert_eq!(cluster.wait_final(id), "error", "{}", cluster.logs());
+    let result = &cluster.query(id, &["opresult"])[0][0];
+    assert_eq!(
+        *result,
+        json!(["OpExecError", [format!("detected death of job {id}")]])
+    );
+}
+
+#[test]
+fn two_jobs_contending_for_a_node_run_one_after_the_other() {
+    let cluster = Cluster::start();
+    let locked = |argv: &[&str]| json!({"OP_ID": "OP_EXEC", "argv": argv, "locks": [["node/n1", "exclusive"]]});
+    let first = cluster.submit(json!([locked(&["/bin/sleep", "0.5"])]));
+    wait_until("the first job runs", DEADLINE, || {
+        cluster.status(first) == "running"
+    });
+    let second = cluster.submit(json!([locked(&["/bin/true"])]));
+    wait_until("the second job waits for node/n1", DEADLINE, || {
+        cluster.status(second) == "waiting"
+    });
+    assert_eq!(cluster.wait_final(first), "success");
+    assert_eq!(cluster.wait_final(second), "success");
+    let first_end = &cluster.query(first, &["end_ts"])[0];
+    let second_exec = &cluster.query(second, &["opexec"])[0][0];
+    let ts = |value: &Value| value[0].as_f64().unwrap() + value[1].as_f64().unwrap() / 1e6;
+    assert!(
+        ts(second_exec) >= ts(first_end) - 0.01,
+        "{}",
+        cluster.logs()
+    );
+}
+
+#[test]
+fn dependencies_order_jobs_and_refused_statuses_fail_them() {
+    let cluster = Cluster::start();
+    let mut client = cluster.client();
+    let results = client.ok(
+        "SubmitManyJobs",
+        json!([[
+            [exec(&["/bin/sh", "-c", "sleep 0.2; exit 1"])],
+            [{"OP_ID": "OP_EXEC", "argv": ["/bin/true"], "depends": [[-1, ["success"]]]}],
+            [{"OP_ID": "OP_EXEC", "argv": ["/bin/true"], "depends": [[-2, ["error"]]]}],
+        ]]),
+    );
+    assert_eq!(results, json!([[true, 1], [true, 2], [true, 3]]));
+    assert_eq!(cluster.status(2), "queued");
+    assert_eq!(cluster.wait_final(1), "error");
+    assert_eq!(cluster.wait_final(2), "error", "{}", cluster.logs());
+    assert_eq!(cluster.wait_final(3), "success", "{}", cluster.logs());
+    let ops = &cluster.query(2, &["ops"])[0];
+    assert_eq!(ops[0]["depends"], json!([[1, ["success"]]]));
+}
+
+#[test]
+fn priorities_order_the_starts() {
+    let cluster = Cluster::start_with_settings("[luxid]\nmax_running_jobs = 1\n");
+    let blocker = cluster.submit(json!([delay(0.3)]));
+    let low = cluster.submit(json!([{"OP_ID": "OP_EXEC", "argv": ["/bin/true"], "priority": 10}]));
+    let normal = cluster.submit(json!([exec(&["/bin/true"])]));
+    let high =
+        cluster.submit(json!([{"OP_ID": "OP_EXEC", "argv": ["/bin/true"], "priority": -10}]));
+    for id in [blocker, low, normal, high] {
+        assert_eq!(cluster.wait_final(id), "success");
+    }
+    let start = |id| {
+        let value = cluster.query(id, &["start_ts"])[0].clone();
+        value[0].as_f64().unwrap() + value[1].as_f64().unwrap() / 1e6
+    };
+    assert!(start(high) <= start(normal) && start(normal) <= start(low));
+}
+
+#[test]
+fn change_priority_of_a_queued_job() {
+    let cluster = Cluster::start_with_settings("[luxid]\nmax_running_jobs = 1\n");
+    let blocker = cluster.submit(json!([delay(5.0)]));
+    let id = cluster.submit(json!([exec(&["/bin/true"])]));
+    let mut client = cluster.client();
+    let reply = client.ok("ChangeJobPriority", json!([id, -10]));
+    assert_eq!(reply[0], json!(true));
+    assert_eq!(
+        cluster.query(id, &["priority", "oppriority"]),
+        [json!(-10), json!([-10])]
+    );
+    let (class, _) = client.fails("ChangeJobPriority", json!([id, 5]));
+    assert_eq!(class, "OpPrereqError");
+    client.ok("CancelJob", json!([blocker, true]));
+    assert_eq!(cluster.wait_final(id), "success");
+}
+
+#[test]
+fn archive_moves_finished_jobs_and_keeps_them_queryable() {
+    let cluster = Cluster::start();
+    let id = cluster.submit(json!([exec(&["/bin/true"])]));
+    assert_eq!(cluster.wait_final(id), "success");
+    let mut client = cluster.client();
+    assert_eq!(client.ok("ArchiveJob", json!([id])), json!(true));
+    assert!(
+        cluster
+            .root()
+            .path()
+            .join(format!("queue/archive/0/job-{id}"))
+            .exists()
+    );
+    assert_eq!(
+        cluster.query(id, &["status", "archived"]),
+        [json!("success"), json!(true)]
+    );
+    let all = client.ok("QueryJobs", json!([null, ["id"]]));
+    assert_eq!(all, json!([]));
+    let all = client.ok("QueryJobs", json!([null, ["id", "archived"]]));
+    assert_eq!(all, json!([[id, true]]));
+    let second = cluster.submit(json!([exec(&["/bin/true"])]));
+    assert_eq!(cluster.wait_final(second), "success");
+    assert_eq!(client.ok("AutoArchiveJobs", json!([-1, 10])), json!([1, 0]));
+}
+
+#[test]
+fn a_killed_runner_fails_its_job_and_frees_its_locks() {
+    let cluster = Cluster::start();
+    let id = cluster.submit(json!([{
+        "OP_ID": "OP_EXEC", "argv": ["/bin/sleep", "30"], "locks": [["node/n1", "exclusive"]]
+    }]));
+    wait_until("the job runs", DEADLINE, || cluster.status(id) == "running");
+    let job: Value = serde_json::from_slice(
+        &fs::read(cluster.root().path().join(format!("queue/job-{id}"))).unwrap(),
+    )
+    .unwrap();
+    let runner = job["process_id"]
+        .as_u64()
+        .expect("the runner recorded its pid") as i32;
+    let killed = Instant::now();
+    kill(Pid::from_raw(runner), Signal::SIGKILL).unwrap();
+    let mut wconfd = cluster.wconfd_client();
+    wait_until("the job is error and node/n1 free", DEADLINE, || {
+        cluster.status(id) == "error"
+            && wconfd
+                .ok("listAllLocks", json!([]))
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|lock| lock != "node/n1")
+    });
+    let elapsed = killed.elapsed();
+    assert!(
+        elapsed < Duration::from_secs(1),
+        "took {elapsed:?}:\n{}",
+        cluster.logs()
+    );
+    let result = &cluster.query(id, &["opresult"])[0][0];
+    assert_eq!(
+        *result,
+        json!(["OpExecError", [format!("detected death of job {id}")]])
+    );
+    assert!(
+        !PathBuf::from(job["livelock"].as_str().unwrap()).exists(),
+        "the dead job's livelock is removed"
+    );
+}
+
+#[test]
+fn a_second_luxid_on_the_same_root_refuses_to_start() {
+    let cluster = Cluster::start();
+    let (status, log) = match Luxid::try_start_on(cluster.root()) {
+        Ok(_) => panic!("a second luxid started"),
+        Err(failure) => failure,
+    };
+    assert!(!status.success());
+    assert!(log.contains("another luxid"), "{log}");
+}
+
+#[test]
+fn luxid_killed_while_jobs_run_follows_them_after_restart() {
+    let mut cluster = Cluster::start();
+    let id = cluster.submit(json!([exec(&["/bin/sleep", "0.5"])]));
+    wait_until("the job runs", DEADLINE, || cluster.status(id) == "running");
+    cluster.luxid.kill9();
+    cluster.luxid = Luxid::start_on(cluster.root());
+    assert_eq!(cluster.status(id), "running");
+    assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
+    // And new jobs still run.
+    let next = cluster.submit(json!([exec(&["/bin/true"])]));
+    assert_eq!(next, id + 1);
+    assert_eq!(cluster.wait_final(next), "success");
+}
+
+#[test]
+fn a_runner_that_died_while_luxid_was_down_is_error_before_luxid_serves() {
+    let mut cluster = Cluster::start();
+    let id = cluster.submit(json!([exec(&["/bin/sleep", "30"])]));
+    wait_until("the job runs", DEADLINE, || cluster.status(id) == "running");
+    let job: Value = serde_json::from_slice(
+        &fs::read(cluster.root().path().join(format!("queue/job-{id}"))).unwrap(),
+    )
+    .unwrap();
+    cluster.luxid.kill9();
+    // The whole job (runner and its sleep) dies while luxid is down.
+    let runner = job["process_id"].as_u64().unwrap() as i32;
+    nix::sys::signal::killpg(Pid::from_raw(runner), Signal::SIGKILL).unwrap();
+    let livelock = PathBuf::from(job["livelock"].as_str().unwrap());
+    wait_until("the job's livelock is released", DEADLINE, || {
+        warden::liveness::is_dead(&livelock)
+    });
+    cluster.luxid = Luxid::start_on(cluster.root());
+    assert_eq!(cluster.status(id), "error", "{}", cluster.logs());
+}
+
+#[test]
+fn submitted_jobs_survive_a_luxid_kill_and_a_stop() {
+    let mut cluster = Cluster::start_with_settings("[luxid]\nmax_running_jobs = 1\n");
+    let blocker = cluster.submit(json!([delay(5.0)]));
+    let ids: Vec<u64> = (0..5)
+        .map(|_| cluster.submit(json!([exec(&["/bin/true"])])))
+        .collect();
+    cluster.luxid.kill9();
+    cluster.luxid = Luxid::start_on(cluster.root());
+    cluster.luxid.stop();
+    cluster.luxid = Luxid::start_on(cluster.root());
+    for id in &ids {
+        assert_eq!(cluster.status(*id), "queued");
+    }
+    cluster.client().ok("CancelJob", json!([blocker, true]));
+    for id in ids {
+        assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
+    }
+}
+
+#[test]
+fn bad_requests_get_clear_errors_and_change_nothing() {
+    let cluster = Cluster::start_with_settings("[luxid]\nframe_bytes_max = 65536\n");
+    let mut client = cluster.client();
+    // Not JSON, not UTF-8, not a request: an error each, the connection
+    // stays usable.
+    for bytes in [
+        &b"{not json\n\x03"[..],
+        b"\xff\xfe\x03",
+        b"[1, 2]\x03",
+        b"{\"method\": \"QueryJobs\"}\x03",
+    ] {
+        client.send_raw(bytes).unwrap();
+        let (class, _) = client.read_response().unwrap().expect_err("an error");
+        assert_eq!(class, "GenericError");
+    }
+    let wrong_shapes = [
+        ("SubmitJob", json!([])),
+        (
+            "SubmitJob",
+            json!([[{"OP_ID": "OP_EXEC", "argv": "true"}], 1]),
+        ),
+        ("SubmitManyJobs", json!(["x"])),
+        ("QueryJobs", json!(["x", ["id"]])),
+        ("QueryJobs", json!([[1], "id"])),
+        ("WaitForJobChange", json!([1, ["status"], null, null])),
+        ("WaitForJobChange", json!(["x", ["status"], null, null, 1])),
+        ("WaitForJobChange", json!([1, ["status"], null, "x", 1])),
+        ("CancelJob", json!([])),
+        ("CancelJob", json!([1, "yes"])),
+        ("ArchiveJob", json!([-3])),
+        ("AutoArchiveJobs", json!(["old", 1])),
+        ("ChangeJobPriority", json!([1, "high"])),
+        ("SetDrainFlag", json!(["yes"])),
+        ("QueryConfigValues", json!(["drain_flag"])),
+    ];
+    for (method, args) in wrong_shapes {
+        let (class, message) = client.fails(method, args.clone());
+        assert!(
+            class == "GenericError" || class == "OpPrereqError",
+            "{method} {args}: {class} {message}"
+        );
+    }
+    assert_eq!(client.ok("QueryJobs", json!([null, ["id"]])), json!([]));
+    assert!(!cluster.root().path().join("queue/serial").exists());
+    // A frame over the limit: an error, then the connection is closed.
+    let mut big = b"{\"method\": \"SubmitJob\", \"args\": [\"".to_vec();
+    big.extend(std::iter::repeat_n(b'x', 70_000));
+    client.send_raw(&big).unwrap();
+    let (class, _) = client.read_response().unwrap().expect_err("an error");
+    assert_eq!(class, "GenericError");
+    assert!(client.closed_by_daemon());
+    // Everyone else is still served.
+    assert_eq!(
+        cluster.client().ok("QueryJobs", json!([null, ["id"]])),
+        json!([])
+    );
+}
+
+#[test]
+fn the_queue_limit_refuses_submissions_with_job_queue_full() {
+    let cluster =
+        Cluster::start_with_settings("[luxid]\nqueue_jobs_max = 2\nmax_running_jobs = 1\n");
+    let mut client = cluster.client();
+    client.ok("SubmitJob", json!([[delay(5.0)]]));
+    client.ok("SubmitJob", json!([[exec(&["/bin/true"])]]));
+    let (class, message) = client.fails("SubmitJob", json!([[exec(&["/bin/true"])]]));
+    assert_eq!(class, "JobQueueFull", "{message}");
+    let (class, _) = client.fails("SubmitManyJobs", json!([[[exec(&["/bin/true"])]]]));
+    assert_eq!(class, "JobQueueFull");
+    client.ok("CancelJob", json!([1, true]));
+}
