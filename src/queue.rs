@@ -49,6 +49,12 @@ pub fn job_path(queue_dir: &Path, id: JobId) -> PathBuf {
     queue_dir.join(job_file_name(id))
 }
 
+/// Where luxid leaves a new priority for a started job's runner (which
+/// applies it to its unfinished opcodes, then removes the file).
+pub fn priority_request_path(queue_dir: &Path, id: JobId) -> PathBuf {
+    queue_dir.join(format!("job-{id}.priority"))
+}
+
 /// Where a job's file lives once archived.
 pub fn archived_job_path(queue_dir: &Path, id: JobId) -> PathBuf {
     queue_dir

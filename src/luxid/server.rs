@@ -90,6 +90,10 @@ struct Runner {
     /// Set once the runner exited and the job was not final: the job's
     /// processes are being killed and its livelock awaited.
     dead: Option<DeadRunner>,
+    /// Signals for the runner held back until it has recorded its pid in
+    /// the job file: before that it may not handle them yet, and their
+    /// default action would kill it.
+    deferred: Vec<Signal>,
 }
 
 struct DeadRunner {
@@ -268,6 +272,7 @@ impl Server {
             pidfd,
             token,
             dead: None,
+            deferred: Vec::new(),
         };
         if runner.pidfd.is_none() {
             // No process to watch: follow the livelock instead.
@@ -964,7 +969,7 @@ impl Server {
             return Ok(json!([true, format!("Job {id} will be killed")]));
         }
         let waiting = job.status() == Status::Waiting || job.status() == Status::Queued;
-        let _ = sys::send_signal(pid, Signal::SIGTERM);
+        self.signal_runner(id, Signal::SIGTERM);
         if waiting {
             Ok(json!([true, format!("Job {id} will be canceled")]))
         } else {
@@ -1063,10 +1068,29 @@ impl Server {
         if job.is_final() {
             return Ok(json!([false, format!("Job {id} is finished")]));
         }
-        if self.runners.contains_key(&id) {
+        if let Some(runner) = self.runners.get(&id) {
+            // The runner owns the job file: it applies the request to its
+            // unfinished opcodes (and files a waiting lock request again).
+            if runner.dead.is_some() {
+                return Ok(json!([
+                    false,
+                    format!("Job {id} is being cleaned up after its death")
+                ]));
+            }
+            let path = queue::priority_request_path(self.queue.dir(), id);
+            if let Err(error) =
+                crate::store::atomic_write(&path, format!("{priority}\n").as_bytes())
+            {
+                return Err(WireError::generic(format!(
+                    "cannot pass the new priority to job {id}'s runner: {error}"
+                )));
+            }
+            self.signal_runner(id, Signal::SIGUSR1);
             return Ok(json!([
-                false,
-                format!("Job {id} has started; its priority can no longer be changed")
+                true,
+                format!(
+                    "Priorities of pending opcodes for job {id} have been changed to {priority}"
+                )
             ]));
         }
         let mut job = job.clone();
@@ -1173,6 +1197,7 @@ impl Server {
                 pidfd,
                 token,
                 dead: None,
+                deferred: Vec::new(),
             },
         );
     }
@@ -1343,6 +1368,7 @@ impl Server {
         if let Some(runner) = self.runners.remove(&id) {
             self.runner_tokens.remove(&runner.token);
         }
+        let _ = fs::remove_file(queue::priority_request_path(self.queue.dir(), id));
         self.changed.push(id);
     }
 
@@ -1353,10 +1379,41 @@ impl Server {
                 if self.jobs.get(&id) != Some(&job) {
                     self.jobs.insert(id, job);
                     self.changed.push(id);
+                    self.send_deferred(id);
                 }
             }
             Ok(None) => {}
             Err(error) => tracing::error!(job = id, %error, "cannot read a job file"),
+        }
+    }
+
+    /// Sends `signal` to a job's runner now if it handles signals already
+    /// (it has recorded its pid), else once it has.
+    fn signal_runner(&mut self, id: JobId, signal: Signal) {
+        let recorded = self.jobs.get(&id).and_then(|job| job.process_id);
+        let Some(runner) = self.runners.get_mut(&id) else {
+            return;
+        };
+        if recorded == Some(runner.pid) {
+            if let Err(error) = sys::send_signal(runner.pid, signal) {
+                tracing::debug!(job = id, %error, "cannot signal the runner");
+            }
+        } else {
+            runner.deferred.push(signal);
+        }
+    }
+
+    fn send_deferred(&mut self, id: JobId) {
+        let recorded = self.jobs.get(&id).and_then(|job| job.process_id);
+        let Some(runner) = self.runners.get_mut(&id) else {
+            return;
+        };
+        if recorded == Some(runner.pid) {
+            for signal in std::mem::take(&mut runner.deferred) {
+                if let Err(error) = sys::send_signal(runner.pid, signal) {
+                    tracing::debug!(job = id, %error, "cannot signal the runner");
+                }
+            }
         }
     }
 

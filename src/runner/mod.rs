@@ -49,7 +49,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use serde_json::{Value, json};
-use signal_hook::consts::SIGTERM;
+use signal_hook::consts::{SIGHUP, SIGTERM, SIGUSR1};
 use signal_hook_mio::v1_0::Signals;
 
 use crate::jobs::opcode::{self, OpKind, Opcode};
@@ -135,7 +135,12 @@ pub fn run(root: &Path, id: JobId) -> Result<(), RunnerError> {
         return Err(RunnerError::NoSuchId);
     }
     // Caught first: a cancel request must never kill the runner.
-    let signals = Signals::new([SIGTERM]).map_err(RunnerError::Signals)?;
+    // SIGUSR1: luxid left a new priority for the job (see
+    // `Context::apply_priority_request`). SIGHUP: wconfd's grant notice,
+    // which can arrive for a request whose awaitLocks connection was
+    // closed (a cancel or a priority change); the runner learns of grants
+    // through awaitLocks, so it only must not die of it.
+    let signals = Signals::new([SIGTERM, SIGUSR1, SIGHUP]).map_err(RunnerError::Signals)?;
     // wconfd compares livelock paths with its canonical root.
     let root = root.canonicalize().map_err(|source| RunnerError::Root {
         path: root.to_owned(),
@@ -238,6 +243,8 @@ struct Context {
     events: Events,
     signals: Signals,
     cancel_requested: bool,
+    /// SIGUSR1 arrived: a priority request waits in the queue directory.
+    priority_requested: bool,
     queue_dir: PathBuf,
     path: PathBuf,
     job: Job,
@@ -265,6 +272,8 @@ impl Context {
             events: Events::with_capacity(16),
             signals,
             cancel_requested: false,
+            // A request left before the runner could catch SIGUSR1.
+            priority_requested: true,
             queue_dir,
             path,
             job,
@@ -320,14 +329,49 @@ impl Context {
         Ok(())
     }
 
-    /// Takes note of a SIGTERM that arrived.
+    /// Takes note of a SIGTERM or SIGUSR1 that arrived.
     fn check_signals(&mut self) {
-        if self.signals.pending().any(|signal| signal == SIGTERM) {
-            if !self.cancel_requested {
-                tracing::info!(job = self.job.id, "cancel requested (SIGTERM)");
+        for signal in self.signals.pending() {
+            match signal {
+                SIGTERM => {
+                    if !self.cancel_requested {
+                        tracing::info!(job = self.job.id, "cancel requested (SIGTERM)");
+                    }
+                    self.cancel_requested = true;
+                }
+                SIGUSR1 => self.priority_requested = true,
+                _ => {}
             }
-            self.cancel_requested = true;
         }
+    }
+
+    /// Applies a priority luxid left for this job (`ChangeJobPriority` of
+    /// a started job) to every unfinished opcode, durably, and removes the
+    /// request. A missing or unreadable request changes nothing.
+    fn apply_priority_request(&mut self) -> Result<(), RunnerError> {
+        if !self.priority_requested {
+            return Ok(());
+        }
+        self.priority_requested = false;
+        let path = queue::priority_request_path(&self.queue_dir, self.job.id);
+        let Ok(text) = fs::read_to_string(&path) else {
+            return Ok(());
+        };
+        let _ = fs::remove_file(&path);
+        let Ok(priority) = text.trim().parse::<i64>() else {
+            tracing::warn!(job = self.job.id, request = %text.trim(), "ignored a malformed priority request");
+            return Ok(());
+        };
+        let mut changed = false;
+        for op in self.job.ops.iter_mut().filter(|op| !op.status.is_final()) {
+            changed |= op.priority != priority;
+            op.priority = priority;
+        }
+        if changed {
+            tracing::info!(job = self.job.id, priority, "priority changed");
+            self.write()?;
+        }
+        Ok(())
     }
 
     /// Waits for events of the registered sources until `deadline` (none:
@@ -363,6 +407,7 @@ impl Context {
         if signalled {
             self.check_signals();
         }
+        self.apply_priority_request()?;
         self.flush_if_due(Instant::now())?;
         Ok(ready)
     }
@@ -404,6 +449,7 @@ impl Runner {
                 continue;
             }
             self.context.check_signals();
+            self.context.apply_priority_request()?;
             if self.context.cancel_requested {
                 return self.cancel_from(index, CANCELED_RESULT, false);
             }
@@ -441,8 +487,7 @@ impl Runner {
         {
             return self.fail(index, result, false);
         }
-        let priority = self.context.job.ops[index].priority;
-        match self.acquire(priority, &parsed.locks()) {
+        match self.acquire(index, &parsed.locks()) {
             Ok(Acquired::Granted) => {}
             Ok(Acquired::Canceled) => {
                 self.cancel_from(index, CANCELED_RESULT, true)?;
@@ -575,22 +620,17 @@ impl Runner {
         Ok(self.wconfd.as_mut().expect("just connected"))
     }
 
-    /// Waits until wconfd grants `cluster/BGL` shared plus `locks`, or a
-    /// cancel request arrives. `Err`: why the locks cannot be had (for
-    /// people).
-    fn acquire(&mut self, priority: i64, locks: &[(LockName, Mode)]) -> Result<Acquired, String> {
+    /// Waits until wconfd grants opcode `index` `cluster/BGL` shared plus
+    /// `locks`, at the opcode's priority (a priority changed meanwhile
+    /// files the request again at the new one), or a cancel request
+    /// arrives. `Err`: why the locks cannot be had (for people).
+    fn acquire(&mut self, index: usize, locks: &[(LockName, Mode)]) -> Result<Acquired, String> {
         let mut wanted = vec![(LockName::Bgl, Mode::Shared)];
         wanted.extend(locks.iter().cloned());
         let request = encode_lock_modes(&wanted);
-        let args = json!([self.owner, priority, request, AWAIT_TIMEOUT_MS]);
         self.used_wconfd = true;
-        let result = self.await_locks(&args);
-        if let Some(client) = &self.wconfd {
-            let _ = self
-                .context
-                .registry()
-                .deregister(&mut SourceFd(&client.as_raw_fd()));
-        }
+        let result = self.await_locks(index, &request);
+        self.unwatch_wconfd();
         if result.is_err() {
             // The connection cannot be trusted to be in step any more.
             self.wconfd = None;
@@ -598,23 +638,18 @@ impl Runner {
         result
     }
 
-    fn await_locks(&mut self, args: &Value) -> Result<Acquired, String> {
+    fn await_locks(&mut self, index: usize, request: &Value) -> Result<Acquired, String> {
         let unreachable = |error: ClientError| format!("cannot get the locks from wconfd: {error}");
-        let client = self.wconfd().map_err(unreachable)?;
-        let fd = client.as_raw_fd();
-        self.context
-            .registry()
-            .register(&mut SourceFd(&fd), WCONFD, Interest::READABLE)
-            .map_err(|error| format!("cannot watch the connection to wconfd: {error}"))?;
+        self.watch_wconfd().map_err(unreachable)?;
         loop {
             self.context.check_signals();
             if self.context.cancel_requested {
                 return Ok(Acquired::Canceled);
             }
+            let priority = self.context.job.ops[index].priority;
+            let args = json!([self.owner, priority, request, AWAIT_TIMEOUT_MS]);
             let client = self.wconfd.as_mut().expect("connected above");
-            client
-                .send("awaitLocks", args.clone())
-                .map_err(unreachable)?;
+            client.send("awaitLocks", args).map_err(unreachable)?;
             let deadline =
                 Instant::now() + Duration::from_millis(AWAIT_TIMEOUT_MS) + AWAIT_ANSWER_GRACE;
             loop {
@@ -625,11 +660,33 @@ impl Runner {
                 if self.context.cancel_requested {
                     return Ok(Acquired::Canceled);
                 }
+                if self.context.job.ops[index].priority != priority {
+                    // wconfd keeps a pending request's priority when it is
+                    // asked again: drop it (this connection's answer is
+                    // abandoned with the connection) and file it anew.
+                    self.unwatch_wconfd();
+                    self.wconfd = None;
+                    self.free_locks();
+                    self.watch_wconfd().map_err(unreachable)?;
+                    break;
+                }
                 if ready
                     .iter()
                     .any(|event| event.token == WCONFD && event.readable)
                 {
-                    break;
+                    let client = self.wconfd.as_mut().expect("connected above");
+                    match client.receive() {
+                        Ok(Value::Array(blockers)) if blockers.is_empty() => {
+                            return Ok(Acquired::Granted);
+                        }
+                        // Timed out with blockers: the request stays
+                        // pending; ask again.
+                        Ok(Value::Array(_)) => break,
+                        Ok(other) => {
+                            return Err(format!("wconfd answered a lock request with {other}"));
+                        }
+                        Err(error) => return Err(unreachable(error)),
+                    }
                 }
                 if Instant::now() >= deadline {
                     let waited = Duration::from_millis(AWAIT_TIMEOUT_MS) + AWAIT_ANSWER_GRACE;
@@ -639,17 +696,25 @@ impl Runner {
                     ));
                 }
             }
-            let client = self.wconfd.as_mut().expect("connected above");
-            match client.receive() {
-                Ok(Value::Array(blockers)) if blockers.is_empty() => return Ok(Acquired::Granted),
-                // Timed out with blockers: the request stays pending; ask
-                // again.
-                Ok(Value::Array(_)) => continue,
-                Ok(other) => {
-                    return Err(format!("wconfd answered a lock request with {other}"));
-                }
-                Err(error) => return Err(unreachable(error)),
-            }
+        }
+    }
+
+    /// Connects to wconfd if needed and watches the connection in the
+    /// runner's poll.
+    fn watch_wconfd(&mut self) -> Result<(), ClientError> {
+        let fd = self.wconfd()?.as_raw_fd();
+        self.context
+            .registry()
+            .register(&mut SourceFd(&fd), WCONFD, Interest::READABLE)
+            .map_err(ClientError::Io)
+    }
+
+    fn unwatch_wconfd(&mut self) {
+        if let Some(client) = &self.wconfd {
+            let _ = self
+                .context
+                .registry()
+                .deregister(&mut SourceFd(&client.as_raw_fd()));
         }
     }
 
