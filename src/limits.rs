@@ -106,3 +106,20 @@ pub const LUXID_JOB_LOG_BYTES_MAX_DEFAULT: usize = 1024 * 1024;
 /// At least 1 KiB so a truncation entry and some log fit; at most 1 GiB,
 /// which no job file should ever approach.
 pub const JOB_LOG_BYTES_MAX_RANGE: RangeInclusive<usize> = 1024..=1024 * 1024 * 1024;
+
+// Jobs (jobs.md).
+
+/// Longest `WaitForJobChange` wait, in seconds: Ganeti's cap. Its client
+/// asks for less and calls again; a longer hold would outlive client
+/// timeouts.
+pub const WAIT_FOR_CHANGE_SECONDS_MAX: f64 = 89.0;
+
+/// Longest `OP_EXEC` timeout accepted, in seconds (a year): longer is no
+/// timeout in practice, and `null` says so plainly.
+pub const EXEC_TIMEOUT_SECS_MAX: f64 = 365.0 * 24.0 * 3600.0;
+
+/// Longest output line of an `OP_EXEC` program kept as one log entry, in
+/// bytes; a longer line is cut into pieces of this size. Bounds what one
+/// entry can cost (a program writing megabytes without a newline would
+/// otherwise grow one buffer without limit).
+pub const OUTPUT_LINE_BYTES_MAX: usize = 64 * 1024;

@@ -159,9 +159,7 @@ const TEST_DELAY_FIELDS: [&str; 7] = [
 
 const EXEC_FIELDS: [&str; 6] = ["argv", "env", "cwd", "timeout", "locks", "stdin"];
 
-/// Longest `OP_EXEC` timeout accepted, in seconds (a year): longer is no
-/// timeout in practice, and `null` says so plainly.
-pub const EXEC_TIMEOUT_SECS_MAX: f64 = 365.0 * 24.0 * 3600.0;
+pub use crate::limits::EXEC_TIMEOUT_SECS_MAX;
 
 /// Error texts quote at most this many characters of a submitted string.
 const QUOTED_CHARS_MAX: usize = 100;

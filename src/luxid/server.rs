@@ -31,6 +31,7 @@ use signal_hook_mio::v1_0::Signals;
 use super::{DaemonError, io_error, restrict_socket};
 use crate::jobs::opcode::{self, SUBMIT_PRIORITIES};
 use crate::jobs::{FIELDS, Job, JobId, QueuedOpcode, Status, Timestamp};
+use crate::limits::WAIT_FOR_CHANGE_SECONDS_MAX;
 use crate::liveness::{self, Livelock};
 use crate::protocol::{
     Args, FrameReader, WireError, encode_failure, encode_success, parse_request,
@@ -47,9 +48,6 @@ const FIRST_DYNAMIC_TOKEN: usize = 3;
 
 /// Bytes read from a socket at a time.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
-
-/// Longest `WaitForJobChange` wait (Ganeti's client asks for less).
-const WAIT_FOR_CHANGE_SECONDS_MAX: f64 = 89.0;
 
 /// How often the livelock of a dead runner's job is probed while its
 /// processes are still being killed, should its inotify close event be

@@ -6,11 +6,7 @@ use serde_json::Value;
 
 use crate::jobs::{Job, LOG_MESSAGE, LogEntry, QueuedOpcode, Timestamp};
 
-/// Longest output line kept as one log entry, in bytes; a longer line is
-/// cut into pieces of this size. Bounds what one entry can cost (a program
-/// writing megabytes without a newline would otherwise grow one buffer
-/// without limit).
-pub const OUTPUT_LINE_BYTES_MAX: usize = 64 * 1024;
+pub use crate::limits::OUTPUT_LINE_BYTES_MAX;
 
 /// The log of one job: hands out serials (per job, from 1, strictly
 /// increasing across its opcodes) and keeps the messages of the whole job

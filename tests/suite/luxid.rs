@@ -737,16 +737,22 @@ fn the_queue_limit_refuses_submissions_with_job_queue_full() {
 #[test]
 fn raising_a_waiting_jobs_priority_lets_it_pass_another_waiter() {
     let cluster = Cluster::start();
-    let locked = |argv: &[&str]| {
-        json!({"OP_ID": "OP_EXEC", "argv": argv, "locks": [["node/n1", "exclusive"]]})
-    };
+    let locked = |argv: &[&str]| json!({"OP_ID": "OP_EXEC", "argv": argv, "locks": [["node/n1", "exclusive"]]});
     let holder = cluster.submit(json!([locked(&["/bin/sleep", "0.6"])]));
-    wait_until("the holder runs", DEADLINE, || cluster.status(holder) == "running");
+    wait_until("the holder runs", DEADLINE, || {
+        cluster.status(holder) == "running"
+    });
     let first = cluster.submit(json!([locked(&["/bin/true"])]));
-    wait_until("the first waiter waits", DEADLINE, || cluster.status(first) == "waiting");
+    wait_until("the first waiter waits", DEADLINE, || {
+        cluster.status(first) == "waiting"
+    });
     let second = cluster.submit(json!([locked(&["/bin/true"])]));
-    wait_until("the second waiter waits", DEADLINE, || cluster.status(second) == "waiting");
-    let reply = cluster.client().ok("ChangeJobPriority", json!([second, -10]));
+    wait_until("the second waiter waits", DEADLINE, || {
+        cluster.status(second) == "waiting"
+    });
+    let reply = cluster
+        .client()
+        .ok("ChangeJobPriority", json!([second, -10]));
     assert_eq!(reply[0], json!(true), "{reply}");
     wait_until("the runner applies the new priority", DEADLINE, || {
         cluster.query(second, &["priority"])[0] == json!(-10)
@@ -770,7 +776,10 @@ fn cancel_right_after_submit_cancels_and_never_kills() {
     let cluster = Cluster::start();
     let mut client = cluster.client();
     for _ in 0..10 {
-        let id = client.ok("SubmitJob", json!([[delay(2.0)]])).as_u64().unwrap();
+        let id = client
+            .ok("SubmitJob", json!([[delay(2.0)]]))
+            .as_u64()
+            .unwrap();
         let reply = client.ok("CancelJob", json!([id]));
         assert_eq!(reply[0], json!(true), "{reply}");
         assert_eq!(cluster.wait_final(id), "canceled", "{}", cluster.logs());
