@@ -785,3 +785,127 @@ fn cancel_right_after_submit_cancels_and_never_kills() {
         assert_eq!(cluster.wait_final(id), "canceled", "{}", cluster.logs());
     }
 }
+
+#[test]
+fn luxid_killed_during_a_burst_of_submissions_keeps_every_acknowledged_job() {
+    let mut cluster = Cluster::start_with_settings("[luxid]\nmax_running_jobs = 4\n");
+    let socket = Luxid::socket(cluster.root());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Clients submit as fast as they can and keep every id acknowledged to
+    // them; a failed call (luxid gone) makes them reconnect.
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let socket = socket.clone();
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut acknowledged = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let Ok(stream) = UnixStream::connect(&socket) else {
+                        std::thread::sleep(Duration::from_millis(1));
+                        continue;
+                    };
+                    let mut client = Client::over(stream);
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        match client.try_call("SubmitJob", json!([[exec(&["/bin/true"])]])) {
+                            Ok(Ok(id)) => acknowledged.push(id.as_u64().expect("an id")),
+                            Ok(Err(failure)) => panic!("SubmitJob failed: {failure:?}"),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                acknowledged
+            })
+        })
+        .collect();
+    let mut highest_before_kill = Vec::new();
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(150));
+        cluster.luxid.kill9();
+        let serial: u64 = fs::read_to_string(cluster.root().path().join("queue/serial"))
+            .map(|text| text.trim().parse().unwrap())
+            .unwrap_or(0);
+        highest_before_kill.push(serial);
+        cluster.luxid = Luxid::start_on(cluster.root());
+    }
+    std::thread::sleep(Duration::from_millis(150));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut acknowledged: Vec<u64> = clients
+        .into_iter()
+        .flat_map(|client| client.join().expect("a client thread"))
+        .collect();
+    let count = acknowledged.len();
+    acknowledged.sort_unstable();
+    acknowledged.dedup();
+    assert_eq!(acknowledged.len(), count, "an id was handed out twice");
+    assert!(count > 10, "only {count} submissions in the burst");
+    let rows = cluster
+        .client()
+        .ok("QueryJobs", json!([acknowledged, ["id", "status"]]));
+    for (id, row) in acknowledged.iter().zip(rows.as_array().unwrap()) {
+        assert!(
+            row[1].is_string(),
+            "acknowledged job {id} is missing after the restarts: {row}"
+        );
+    }
+    // Serials never went backwards across the kills.
+    assert!(
+        highest_before_kill
+            .windows(2)
+            .all(|pair| pair[0] <= pair[1])
+    );
+    let next = cluster.submit(json!([exec(&["/bin/true"])]));
+    assert!(next > *acknowledged.last().unwrap());
+    for id in acknowledged {
+        assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
+    }
+}
+
+#[test]
+fn a_multi_opcode_job_goes_through_each_opcode_in_order() {
+    let cluster = Cluster::start();
+    let id = cluster.submit(json!([delay(0.1), exec(&["/bin/echo", "two"]), delay(0.1)]));
+    let mut client = cluster.client();
+    let fields = json!(["status", "opstatus"]);
+    let mut views = Vec::new();
+    let mut previous = Value::Null;
+    let mut serial = Value::Null;
+    loop {
+        let reply = client.ok("WaitForJobChange", json!([id, fields, previous, serial, 5]));
+        if let Some(last) = reply[1].as_array().and_then(|log| log.last()) {
+            serial = last[0].clone();
+        }
+        previous = reply[0].clone();
+        if views.last() != Some(&previous) {
+            views.push(previous.clone());
+        }
+        if previous[0] == json!("success") {
+            break;
+        }
+    }
+    // Every view an opcode further than the one before; never backwards.
+    let rank = |status: &Value| match status.as_str().unwrap() {
+        "queued" => 0,
+        "waiting" => 1,
+        "running" => 2,
+        "success" => 3,
+        other => panic!("unexpected opcode status {other}"),
+    };
+    for pair in views.windows(2) {
+        let before: Vec<i32> = pair[0][1].as_array().unwrap().iter().map(rank).collect();
+        let after: Vec<i32> = pair[1][1].as_array().unwrap().iter().map(rank).collect();
+        assert!(
+            before.iter().zip(&after).all(|(b, a)| b <= a),
+            "went backwards: {views:?}"
+        );
+    }
+    assert!(views.len() >= 4, "too few views seen: {views:?}");
+    let row = cluster.query(id, &["opstart", "opexec", "opend", "oplog"]);
+    let ts = |value: &Value| value[0].as_f64().unwrap() + value[1].as_f64().unwrap() / 1e6;
+    for op in 0..3 {
+        assert!(ts(&row[0][op]) <= ts(&row[1][op]) && ts(&row[1][op]) <= ts(&row[2][op]));
+        if op > 0 {
+            assert!(ts(&row[2][op - 1]) <= ts(&row[0][op]), "{row:?}");
+        }
+    }
+    assert_eq!(log_messages(&row[3][1]), ["two"]);
+}
