@@ -123,3 +123,14 @@ pub const EXEC_TIMEOUT_SECS_MAX: f64 = 365.0 * 24.0 * 3600.0;
 /// entry can cost (a program writing megabytes without a newline would
 /// otherwise grow one buffer without limit).
 pub const OUTPUT_LINE_BYTES_MAX: usize = 64 * 1024;
+
+/// How long a starting luxid waits for the queue lock before it says
+/// another luxid runs: a luxid killed while spawning a runner leaves the
+/// child a copy of the lock's descriptor until the child's exec closes it.
+pub const QUEUE_LOCK_WAIT: Duration = Duration::from_secs(1);
+/// Pause between two attempts at the queue lock.
+pub const QUEUE_LOCK_RETRY_PAUSE: Duration = Duration::from_millis(5);
+
+/// A temp file in the queue directory younger than this is never removed
+/// as a crash's leftover: it may be a live runner's write in progress.
+pub const STALE_TEMP_AGE_MIN: Duration = Duration::from_secs(60);

@@ -11,11 +11,13 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
+
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
 use crate::jobs::{Job, JobId};
+use crate::limits::{QUEUE_LOCK_RETRY_PAUSE, QUEUE_LOCK_WAIT, STALE_TEMP_AGE_MIN};
 use crate::store::{StoreError, atomic_write, sync_dir};
 
 pub const QUEUE_DIR: &str = "queue";
@@ -53,6 +55,69 @@ pub fn job_path(queue_dir: &Path, id: JobId) -> PathBuf {
 /// applies it to its unfinished opcodes, then removes the file).
 pub fn priority_request_path(queue_dir: &Path, id: JobId) -> PathBuf {
     queue_dir.join(format!("job-{id}.priority"))
+}
+
+/// The file a job's runner holds an exclusive flock on for its whole life:
+/// one runner per job, even when two luxids (one killed, one restarted)
+/// started one each.
+pub fn claim_path(queue_dir: &Path, id: JobId) -> PathBuf {
+    queue_dir.join(format!("job-{id}.runner"))
+}
+
+/// A runner's claim on its job (see [`claim_path`]); released by
+/// [`JobClaim::release`] or when the runner dies.
+pub struct JobClaim {
+    file: File,
+    path: PathBuf,
+}
+
+/// Claims job `id` for the calling runner: `Ok(None)` if another runner
+/// holds it.
+pub fn claim_job(queue_dir: &Path, id: JobId) -> io::Result<Option<JobClaim>> {
+    let path = claim_path(queue_dir, id);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&path)?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(JobClaim { file, path })),
+        Err(fs::TryLockError::WouldBlock) => Ok(None),
+        Err(fs::TryLockError::Error(error)) => Err(error),
+    }
+}
+
+impl JobClaim {
+    /// Removes the claim file while still holding it, then lets go. Called
+    /// once the job file is final: a runner that opens the name afterwards
+    /// finds the job final and leaves it alone.
+    pub fn release(self) -> io::Result<()> {
+        let result = fs::remove_file(&self.path);
+        drop(self.file);
+        result
+    }
+}
+
+/// Whether a live runner holds job `id`'s claim (a failed probe counts as
+/// held: never start a second runner on doubt).
+pub fn job_claimed(queue_dir: &Path, id: JobId) -> bool {
+    let path = claim_path(queue_dir, id);
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&path)
+    {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return false,
+        Err(_) => return true,
+    };
+    match file.try_lock_shared() {
+        Ok(()) => false,
+        Err(_) => true,
+    }
 }
 
 /// Where a job's file lives once archived.
@@ -107,9 +172,12 @@ pub fn replace_job_file(queue_dir: &Path, job: &Job) -> io::Result<()> {
     result
 }
 
+/// A temp file beside `path`, named for the writing process: luxid and a
+/// runner (or two runners, one about to give up its claim) never share
+/// one.
 fn temp_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_owned();
-    name.push(".tmp");
+    name.push(format!(".{}.tmp", std::process::id()));
     path.with_file_name(name)
 }
 
@@ -171,11 +239,22 @@ impl Queue {
             .mode(0o600)
             .open(&lock_path)
             .map_err(StoreError::io(&lock_path))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(fs::TryLockError::WouldBlock) => return Err(QueueError::AlreadyRunning(lock_path)),
-            Err(fs::TryLockError::Error(error)) => {
-                return Err(StoreError::io(&lock_path)(error).into());
+        // A luxid killed while it spawned a runner leaves the child a copy
+        // of the lock's descriptor until the child's exec closes it: wait
+        // out that moment before calling the queue taken.
+        let deadline = std::time::Instant::now() + QUEUE_LOCK_WAIT;
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(QUEUE_LOCK_RETRY_PAUSE);
+                }
+                Err(fs::TryLockError::WouldBlock) => {
+                    return Err(QueueError::AlreadyRunning(lock_path));
+                }
+                Err(fs::TryLockError::Error(error)) => {
+                    return Err(StoreError::io(&lock_path)(error).into());
+                }
             }
         }
         check_version(&dir)?;
@@ -206,26 +285,28 @@ impl Queue {
         self.serial
     }
 
-    /// Makes new jobs and the serial durable together: every job file is
-    /// written to a temp file and synced (in parallel, so the syncs overlap
-    /// in the device), then renamed into place, then the serial is written
-    /// and the directory synced once.
+    /// Makes new jobs and the serial durable together: every job file and
+    /// the serial are written to temp files and synced in parallel (the
+    /// syncs overlap in the device), then renamed into place (job files
+    /// first, so a serial on disk never names a job without a file), then
+    /// the directory is synced once.
     pub fn commit_new(&self, jobs: &[Job]) -> io::Result<()> {
-        let temps: Vec<(PathBuf, PathBuf)> = jobs
+        let serial_path = self.dir.join(SERIAL_FILE);
+        let mut files: Vec<(PathBuf, Vec<u8>)> = jobs
+            .iter()
+            .map(|job| (job_path(&self.dir, job.id), encode_job(job)))
+            .collect();
+        files.push((serial_path, format!("{}\n", self.serial).into_bytes()));
+        let temps: Vec<(PathBuf, &PathBuf)> = files
             .par_iter()
-            .map(|job| {
-                let path = job_path(&self.dir, job.id);
-                let temp = temp_path(&path);
-                write_synced(&temp, &encode_job(job)).map(|()| (temp, path))
+            .map(|(path, bytes)| {
+                let temp = temp_path(path);
+                write_synced(&temp, bytes).map(|()| (temp, path))
             })
             .collect::<io::Result<_>>()?;
         for (temp, path) in &temps {
             fs::rename(temp, path)?;
         }
-        let serial_path = self.dir.join(SERIAL_FILE);
-        let temp = temp_path(&serial_path);
-        write_synced(&temp, format!("{}\n", self.serial).as_bytes())?;
-        fs::rename(&temp, &serial_path)?;
         sync_dir(&self.dir)
     }
 
@@ -326,8 +407,9 @@ fn read_serial(path: &Path) -> Result<JobId, StoreError> {
 }
 
 /// Reads every `job-<id>` file of the queue directory in parallel. Temp
-/// files left by a crash are removed (they were never renamed into place,
-/// so nothing acknowledged depends on them).
+/// files left by a crash are removed once they are old (they were never
+/// renamed into place, so nothing acknowledged depends on them; a young
+/// one may be a live runner's write in progress).
 fn scan(dir: &Path) -> Result<Loaded, StoreError> {
     let mut names = Vec::new();
     for entry in fs::read_dir(dir).map_err(StoreError::io(dir))? {
@@ -335,7 +417,15 @@ fn scan(dir: &Path) -> Result<Loaded, StoreError> {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
         if name.starts_with("job-") && name.ends_with(".tmp") {
-            let _ = fs::remove_file(entry.path());
+            let old = entry
+                .metadata()
+                .and_then(|metadata| metadata.modified())
+                .ok()
+                .and_then(|modified| modified.elapsed().ok())
+                .is_some_and(|age| age >= STALE_TEMP_AGE_MIN);
+            if old {
+                let _ = fs::remove_file(entry.path());
+            }
         } else if parse_job_file_name(name).is_some() {
             names.push(entry.path());
         }

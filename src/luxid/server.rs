@@ -92,6 +92,12 @@ struct Runner {
     /// the job file: before that it may not handle them yet, and their
     /// default action would kill it.
     deferred: Vec<Signal>,
+    /// A cancel-with-kill held back until the runner's pid is known.
+    kill_deferred: bool,
+    /// Another runner holds the job's claim but has not recorded its pid
+    /// yet (it was started by a luxid that died): followed by probes until
+    /// it does, or until its claim is released.
+    claimant: Option<Instant>,
 }
 
 struct DeadRunner {
@@ -213,11 +219,12 @@ impl Server {
             .collect();
         for id in unfinished {
             let job = &self.jobs[&id];
-            let livelock = match &job.livelock {
-                Some(path) => Some(PathBuf::from(path)),
-                None => self.find_job_livelock(id),
-            };
+            let livelock = job.livelock.as_ref().map(PathBuf::from);
             match livelock {
+                None if queue::job_claimed(self.queue.dir(), id) => {
+                    tracing::info!(job = id, "adopted a starting runner");
+                    self.follow_claimant(id);
+                }
                 None => {
                     let priority = job.priority();
                     self.queued.insert((priority, id));
@@ -271,6 +278,8 @@ impl Server {
             token,
             dead: None,
             deferred: Vec::new(),
+            kill_deferred: false,
+            claimant: None,
         };
         if runner.pidfd.is_none() {
             // No process to watch: follow the livelock instead.
@@ -278,6 +287,85 @@ impl Server {
         }
         self.runner_tokens.insert(token, id);
         self.runners.insert(id, runner);
+    }
+
+    /// Follows a runner luxid did not start and whose pid is not recorded
+    /// yet: it holds the job's claim (see `queue::claim_job`).
+    fn follow_claimant(&mut self, id: JobId) {
+        let token = self.new_token();
+        self.runner_tokens.insert(token, id);
+        self.runners.insert(
+            id,
+            Runner {
+                child: None,
+                pid: 0,
+                pidfd: None,
+                token,
+                dead: None,
+                deferred: Vec::new(),
+                kill_deferred: false,
+                claimant: Some(Instant::now()),
+            },
+        );
+    }
+
+    /// A claimant recorded its pid: watch it by pidfd. A claimant that let
+    /// go of its claim without recording one never started the job: it
+    /// is queued again.
+    fn resolve_claimant(&mut self, id: JobId) {
+        let Some(runner) = self.runners.get(&id) else {
+            return;
+        };
+        if runner.claimant.is_none() {
+            return;
+        }
+        let (recorded, finished, priority) = match self.jobs.get(&id) {
+            Some(job) => (job.process_id, job.is_final(), job.priority()),
+            None => (None, true, 0),
+        };
+        if finished {
+            self.runner_done(id);
+            return;
+        }
+        if let Some(pid) = recorded {
+            let token = runner.token;
+            let pidfd = sys::pidfd_open(pid).ok();
+            if let Some(fd) = &pidfd {
+                let _ = self.poll.registry().register(
+                    &mut SourceFd(&fd.as_raw_fd()),
+                    token,
+                    Interest::READABLE,
+                );
+            }
+            let runner = self.runners.get_mut(&id).expect("looked up above");
+            runner.pid = pid;
+            runner.claimant = None;
+            let gone = pidfd.is_none();
+            runner.pidfd = pidfd;
+            tracing::info!(
+                job = id,
+                pid,
+                "following a runner started before luxid's restart"
+            );
+            self.send_deferred(id);
+            if gone {
+                self.runner_exited(token);
+            }
+            return;
+        }
+        if !queue::job_claimed(self.queue.dir(), id) {
+            tracing::info!(
+                job = id,
+                "a runner let go of a job it never started; queued again"
+            );
+            if let Some(runner) = self.runners.remove(&id) {
+                self.runner_tokens.remove(&runner.token);
+            }
+            self.queued.insert((priority, id));
+            return;
+        }
+        let runner = self.runners.get_mut(&id).expect("looked up above");
+        runner.claimant = Some(Instant::now() + RELEASE_PROBE_INTERVAL);
     }
 
     pub(super) fn bind(&mut self, path: &Path) -> Result<(), DaemonError> {
@@ -357,8 +445,13 @@ impl Server {
             self.watcher_deadlines.pop();
         }
         for runner in self.runners.values() {
-            if let Some(dead) = &runner.dead {
-                wake = Some(wake.map_or(dead.next_probe, |at| at.min(dead.next_probe)));
+            let probe = runner
+                .dead
+                .as_ref()
+                .map(|dead| dead.next_probe)
+                .or(runner.claimant);
+            if let Some(probe) = probe {
+                wake = Some(wake.map_or(probe, |at| at.min(probe)));
             }
         }
         wake.map(|at| at.saturating_duration_since(now))
@@ -595,7 +688,14 @@ impl Server {
         let new_jobs = std::mem::take(&mut self.new_jobs);
         if !new_jobs.is_empty() {
             let jobs: Vec<Job> = new_jobs.iter().map(|id| self.jobs[id].clone()).collect();
-            match self.queue.commit_new(&jobs) {
+            let started = Instant::now();
+            let committed = self.queue.commit_new(&jobs);
+            tracing::debug!(
+                jobs = jobs.len(),
+                elapsed_us = started.elapsed().as_micros() as u64,
+                "committed new jobs"
+            );
+            match committed {
                 Ok(()) => {
                     for job in &jobs {
                         self.queued.insert((job.priority(), job.id));
@@ -961,7 +1061,13 @@ impl Server {
         }
         let pid = runner.pid;
         if kill {
-            if let Err(error) = sys::send_signal_to_group(pid, Signal::SIGKILL) {
+            if pid == 0 {
+                // Its runner's pid is not known yet: killed once it is.
+                self.runners
+                    .get_mut(&id)
+                    .expect("looked up above")
+                    .kill_deferred = true;
+            } else if let Err(error) = sys::send_signal_to_group(pid, Signal::SIGKILL) {
                 return Err(WireError::generic(format!("cannot kill job {id}: {error}")));
             }
             return Ok(json!([true, format!("Job {id} will be killed")]));
@@ -1196,6 +1302,8 @@ impl Server {
                 token,
                 dead: None,
                 deferred: Vec::new(),
+                kill_deferred: false,
+                claimant: None,
             },
         );
     }
@@ -1224,9 +1332,20 @@ impl Server {
             self.runner_done(id);
             return;
         }
+        let pid = self.runners[&id].pid;
+        let recorded = self.jobs.get(&id).and_then(|job| job.process_id);
+        if recorded != Some(pid) && queue::job_claimed(self.queue.dir(), id) {
+            // Our runner found the job claimed by one a dead luxid started:
+            // follow that one.
+            tracing::info!(job = id, "another runner has the job; following it");
+            let runner = self.runners.get_mut(&id).expect("looked up above");
+            runner.child = None;
+            runner.pid = 0;
+            runner.claimant = Some(Instant::now());
+            return;
+        }
         // The runner died: kill what is left of the job, then wait for its
         // livelock to be released before marking it and freeing its locks.
-        let pid = self.runners[&id].pid;
         tracing::warn!(job = id, pid, "the job runner died");
         let _ = sys::send_signal_to_group(pid, Signal::SIGKILL);
         let livelock = self
@@ -1262,6 +1381,15 @@ impl Server {
     /// one ends the job.
     fn probe_dead_runners(&mut self) {
         let now = Instant::now();
+        let claimants: Vec<JobId> = self
+            .runners
+            .iter()
+            .filter(|(_, runner)| runner.claimant.is_some_and(|at| at <= now))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in claimants {
+            self.resolve_claimant(id);
+        }
         let due: Vec<JobId> = self
             .runners
             .iter()
@@ -1304,6 +1432,8 @@ impl Server {
             let dir = self.root.join(crate::wconfd::LIVELOCK_DIR);
             let _ = liveness::remove_dead_livelock(&dir, Path::new(livelock));
         }
+        // Its dead runner's claim (nobody holds it: the runner is gone).
+        let _ = fs::remove_file(queue::claim_path(self.queue.dir(), id));
         if job.is_final() {
             return Ok(());
         }
@@ -1378,6 +1508,13 @@ impl Server {
                     self.jobs.insert(id, job);
                     self.changed.push(id);
                     self.send_deferred(id);
+                    if self
+                        .runners
+                        .get(&id)
+                        .is_some_and(|runner| runner.claimant.is_some())
+                    {
+                        self.resolve_claimant(id);
+                    }
                 }
             }
             Ok(None) => {}
@@ -1411,6 +1548,9 @@ impl Server {
                 if let Err(error) = sys::send_signal(runner.pid, signal) {
                     tracing::debug!(job = id, %error, "cannot signal the runner");
                 }
+            }
+            if std::mem::take(&mut runner.kill_deferred) {
+                let _ = sys::send_signal_to_group(runner.pid, Signal::SIGKILL);
             }
         }
     }

@@ -10,7 +10,8 @@
 //!    anything else (liveness.md); its descriptor is handed on to the
 //!    programs the runner starts.
 //! 2. The job file is read. A final job is left alone. Otherwise its
-//!    `livelock`, `process_id` and `start_timestamp` are recorded.
+//!    `livelock`, `process_id` and `start_timestamp` are recorded (with the
+//!    first opcode's `waiting`, in one write).
 //! 3. Each opcode in order: `waiting` (its dependencies and preconditions
 //!    are checked, then `cluster/BGL` shared plus its own locks are awaited
 //!    from wconfd at the opcode's priority), `running`, then `success` or
@@ -125,6 +126,8 @@ pub enum RunnerError {
     NoJobFile(JobId),
     #[error("cannot write the job file {path}: {source}")]
     Write { path: PathBuf, source: io::Error },
+    #[error("cannot claim the job ({path}): {source}")]
+    Claim { path: PathBuf, source: io::Error },
     #[error("the event loop failed: {0}")]
     Poll(io::Error),
 }
@@ -152,13 +155,47 @@ pub fn run(root: &Path, id: JobId) -> Result<(), RunnerError> {
         .unwrap_or_default()
         .as_secs();
     let name = job_livelock_name(id, secs);
-    let livelock =
-        Livelock::create(&livelock_dir, &name).map_err(|source| RunnerError::Livelock {
-            dir: livelock_dir.clone(),
-            name,
-            source,
-        })?;
+    let livelock = match Livelock::create(&livelock_dir, &name) {
+        Ok(livelock) => livelock,
+        // The same name held: another runner of this job started in the
+        // same second (see the claim below).
+        Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+            tracing::info!(job = id, "another runner has this job; leaving it alone");
+            return Ok(());
+        }
+        Err(source) => {
+            return Err(RunnerError::Livelock {
+                dir: livelock_dir.clone(),
+                name,
+                source,
+            });
+        }
+    };
+    // One runner per job: a luxid killed while starting a runner and its
+    // successor may each start one; the second finds the claim held and
+    // leaves the job alone.
+    let queue_dir = root.join(QUEUE_DIR);
+    let claim = match queue::claim_job(&queue_dir, id) {
+        Ok(Some(claim)) => claim,
+        Ok(None) => {
+            tracing::info!(job = id, "another runner has this job; leaving it alone");
+            if let Err(error) = livelock.release() {
+                tracing::warn!(job = id, %error, "cannot remove the livelock");
+            }
+            return Ok(());
+        }
+        Err(source) => {
+            let _ = livelock.release();
+            return Err(RunnerError::Claim {
+                path: queue::claim_path(&queue_dir, id),
+                source,
+            });
+        }
+    };
     let result = run_holding(&root, id, &livelock, signals);
+    if let Err(error) = claim.release() {
+        tracing::warn!(job = id, %error, "cannot remove the job's claim");
+    }
     if let Err(error) = livelock.release() {
         tracing::warn!(job = id, %error, "cannot remove the livelock");
     }
@@ -199,7 +236,9 @@ fn run_holding(
         .job
         .start_timestamp
         .get_or_insert_with(Timestamp::now);
-    context.write()?;
+    // Written with the first opcode's `waiting` (or the cancel, or the
+    // settings error): one durable write less on every job's way to its
+    // first lock request.
     let mut runner = Runner {
         root: root.to_owned(),
         id,

@@ -856,7 +856,20 @@ fn luxid_killed_during_a_burst_of_submissions_keeps_every_acknowledged_job() {
     let next = cluster.submit(json!([exec(&["/bin/true"])]));
     assert!(next > *acknowledged.last().unwrap());
     for id in acknowledged {
-        assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
+        let status = cluster.wait_final(id);
+        if status != "success" {
+            let mut logs = String::new();
+            for entry in fs::read_dir(cluster.root().path()).unwrap().flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.starts_with("luxid.") {
+                    logs += &format!("--- {name}\n{}", fs::read_to_string(entry.path()).unwrap());
+                }
+            }
+            panic!(
+                "job {id} ended {status}: {:?}\n{logs}",
+                cluster.query(id, &["opresult", "oplog", "start_ts"])
+            );
+        }
     }
 }
 

@@ -703,3 +703,27 @@ fn unreadable_settings_fail_the_job_and_it_still_ends() {
     assert_eq!(job.ops[0].exec_timestamp, None);
     assert_clean(&wconfd);
 }
+
+#[test]
+fn two_runners_of_one_job_run_it_once() {
+    let wconfd = cluster();
+    let root = wconfd.root().path();
+    let marks = root.join("marks");
+    let append = format!("echo ran >> {}; sleep 0.2", marks.display());
+    write_job(&root, 1, &[exec(&["/bin/sh", "-c", &append])]);
+    // As when a luxid killed right after starting a runner is followed by
+    // one that starts another.
+    let first = Runner::start(&root, 1);
+    let second = Runner::start(&root, 1);
+    first.finish();
+    second.finish();
+    let job = read_job(&root, 1);
+    assert_eq!(job.status(), Status::Success, "{job:?}");
+    let ran = fs::read_to_string(&marks).expect("the program ran");
+    assert_eq!(ran.lines().count(), 1, "the job ran more than once");
+    assert!(
+        !queue::claim_path(&queue_dir(&root), 1).exists(),
+        "the claim is removed at the end"
+    );
+    assert_clean(&wconfd);
+}
