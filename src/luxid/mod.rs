@@ -106,7 +106,15 @@ pub fn start(root: &Path) -> Result<Server, DaemonError> {
         "cannot create the daemon's livelock in",
         &livelock_dir,
     ))?;
-    let mut server = Server::new(root, settings, queue, loaded.jobs, runner, livelock)?;
+    let mut server = Server::new(
+        root,
+        settings,
+        queue,
+        loaded.jobs,
+        loaded.finished,
+        runner,
+        livelock,
+    )?;
     server.recover()?;
     let socket_path = root.join(SOCKET_PATH);
     server.bind(&socket_path)?;

@@ -9,6 +9,7 @@
 //! are then made durable together (one group commit per turn) before any
 //! reply of that turn is written, and only then are runners started.
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::fs;
@@ -36,7 +37,7 @@ use crate::liveness::{self, Livelock};
 use crate::protocol::{
     Args, FrameReader, WireError, encode_failure, encode_success, parse_request,
 };
-use crate::queue::{self, Queue, parse_job_file_name};
+use crate::queue::{self, FinishedJob, Queue, parse_job_file_name};
 use crate::settings::Settings;
 use crate::sys::{self, PeerCredentials};
 use crate::wconfd::client::{Client as WconfdClient, ClientError};
@@ -121,8 +122,11 @@ pub struct Server {
     wconfd: Option<WconfdClient>,
     own_uid: u32,
     group_gid: Option<u32>,
-    /// Every job of the queue (archived ones are read from disk).
+    /// Every unfinished job of the queue.
     jobs: BTreeMap<JobId, Job>,
+    /// Every finished job of the queue, kept encoded (archived ones are
+    /// read from disk).
+    finished: BTreeMap<JobId, FinishedJob>,
     /// Jobs not started, in start order: (priority, id).
     queued: BTreeSet<(i64, JobId)>,
     runners: HashMap<JobId, Runner>,
@@ -150,6 +154,7 @@ impl Server {
         settings: Settings,
         queue: Queue,
         jobs: Vec<Job>,
+        finished: Vec<FinishedJob>,
         runner_path: PathBuf,
         livelock: Livelock,
     ) -> Result<Server, DaemonError> {
@@ -191,6 +196,7 @@ impl Server {
             own_uid: nix::unistd::geteuid().as_raw(),
             group_gid,
             jobs: jobs.into_iter().map(|job| (job.id, job)).collect(),
+            finished: finished.into_iter().map(|job| (job.id, job)).collect(),
             queued: BTreeSet::new(),
             runners: HashMap::new(),
             runner_tokens: HashMap::new(),
@@ -320,7 +326,7 @@ impl Server {
             return;
         }
         let (recorded, finished, priority) = match self.jobs.get(&id) {
-            Some(job) => (job.process_id, job.is_final(), job.priority()),
+            Some(job) => (job.process_id, false, job.priority()),
             None => (None, true, 0),
         };
         if finished {
@@ -455,6 +461,29 @@ impl Server {
             }
         }
         wake.map(|at| at.saturating_duration_since(now))
+    }
+
+    /// A job of the queue, decoded if it is finished.
+    fn job(&self, id: JobId) -> Option<Cow<'_, Job>> {
+        match self.jobs.get(&id) {
+            Some(job) => Some(Cow::Borrowed(job)),
+            None => self.finished.get(&id).map(|job| Cow::Owned(job.job())),
+        }
+    }
+
+    /// Keeps `job` as the queue's copy: finished ones encoded.
+    fn put(&mut self, job: Job) {
+        let id = job.id;
+        if job.is_final() {
+            self.jobs.remove(&id);
+            self.finished.insert(id, FinishedJob::new(&job));
+        } else {
+            self.jobs.insert(id, job);
+        }
+    }
+
+    fn job_count(&self) -> usize {
+        self.jobs.len() + self.finished.len()
     }
 
     fn new_token(&mut self) -> Token {
@@ -838,12 +867,12 @@ impl Server {
 
     fn check_room(&self, count: usize) -> Result<(), WireError> {
         let max = self.settings.luxid.queue_jobs_max;
-        if self.jobs.len() + count > max {
+        if self.job_count() + count > max {
             return Err(WireError {
                 class: "JobQueueFull",
                 args: vec![json!(format!(
                     "the queue holds {} jobs, its limit is {max} (archive finished jobs)",
-                    self.jobs.len()
+                    self.job_count()
                 ))],
             });
         }
@@ -861,7 +890,13 @@ impl Server {
         let fields = field_names(args, 1)?;
         let ids: Vec<JobId> = match args.get(0) {
             Value::Null => {
-                let mut ids: Vec<JobId> = self.jobs.keys().copied().collect();
+                let mut ids: Vec<JobId> = self
+                    .jobs
+                    .keys()
+                    .chain(self.finished.keys())
+                    .copied()
+                    .collect();
+                ids.sort_unstable();
                 if fields.iter().any(|field| field == "archived") {
                     ids.extend(self.queue.archived_ids());
                     ids.sort_unstable();
@@ -885,18 +920,14 @@ impl Server {
     /// A QueryJobs row; an unknown job has its id and nulls.
     fn row(&self, id: JobId, fields: &[String]) -> Value {
         let archived;
-        let job = match self.jobs.get(&id) {
+        let job = match self.job(id) {
             Some(job) => {
                 archived = false;
-                Some(std::borrow::Cow::Borrowed(job))
+                Some(job)
             }
             None => {
                 archived = true;
-                self.queue
-                    .read_archived(id)
-                    .ok()
-                    .flatten()
-                    .map(std::borrow::Cow::Owned)
+                self.queue.read_archived(id).ok().flatten().map(Cow::Owned)
             }
         };
         Value::Array(
@@ -931,10 +962,10 @@ impl Server {
             .filter(|seconds| *seconds >= 0.0)
             .ok_or_else(|| args.bad(4, "is not a timeout in seconds"))?
             .min(WAIT_FOR_CHANGE_SECONDS_MAX);
-        let Some(job) = self.jobs.get(&id) else {
+        let Some(job) = self.job(id) else {
             return Err(job_lost(id));
         };
-        if let Some(reply) = change_reply(job, &fields, &previous, log_serial, true) {
+        if let Some(reply) = change_reply(&job, &fields, &previous, log_serial, true) {
             return Ok(Some(reply));
         }
         let watcher_id = self.next_watcher;
@@ -964,9 +995,9 @@ impl Server {
             .watchers
             .iter()
             .filter(|(_, watcher)| changed.contains(&watcher.job))
-            .filter_map(|(&id, watcher)| match self.jobs.get(&watcher.job) {
+            .filter_map(|(&id, watcher)| match self.job(watcher.job) {
                 Some(job) => change_reply(
-                    job,
+                    &job,
                     &watcher.fields,
                     &watcher.previous,
                     watcher.log_serial,
@@ -990,9 +1021,9 @@ impl Server {
             let Some(watcher) = self.watchers.get(&id) else {
                 continue;
             };
-            let reply = match self.jobs.get(&watcher.job) {
+            let reply = match self.job(watcher.job) {
                 Some(job) => Ok(change_reply(
-                    job,
+                    &job,
                     &watcher.fields,
                     &watcher.previous,
                     watcher.log_serial,
@@ -1039,12 +1070,12 @@ impl Server {
                 )));
             }
         };
+        if self.finished.contains_key(&id) {
+            return Ok(json!([false, format!("Job {id} has already finished")]));
+        }
         let Some(job) = self.jobs.get(&id) else {
             return Ok(json!([false, format!("Job {id} not found in queue")]));
         };
-        if job.is_final() {
-            return Ok(json!([false, format!("Job {id} has already finished")]));
-        }
         let Some(runner) = self.runners.get(&id) else {
             // Not started: luxid owns the file.
             let mut job = job.clone();
@@ -1090,7 +1121,7 @@ impl Server {
             .write_job(&job)
             .map_err(|error| WireError::generic(format!("cannot write job {}: {error}", job.id)))?;
         let id = job.id;
-        self.jobs.insert(id, job);
+        self.put(job);
         self.changed.push(id);
         Ok(())
     }
@@ -1098,13 +1129,12 @@ impl Server {
     fn archive_job(&mut self, id: JobId) -> bool {
         // A runner never writes a final job file again: the job can move
         // while its runner frees its locks and exits.
-        let archivable = self.jobs.get(&id).is_some_and(Job::is_final);
-        if !archivable {
+        if !self.finished.contains_key(&id) {
             return false;
         }
         match self.queue.archive(id) {
             Ok(()) => {
-                self.jobs.remove(&id);
+                self.finished.remove(&id);
                 self.changed.push(id);
                 true
             }
@@ -1127,9 +1157,8 @@ impl Server {
         let started = Instant::now();
         let now = Timestamp::now().as_secs_f64();
         let candidates: Vec<JobId> = self
-            .jobs
+            .finished
             .values()
-            .filter(|job| job.is_final())
             .filter(|job| {
                 age < 0.0
                     || job
@@ -1166,12 +1195,12 @@ impl Server {
                 ],
             });
         }
+        if self.finished.contains_key(&id) {
+            return Ok(json!([false, format!("Job {id} is finished")]));
+        }
         let Some(job) = self.jobs.get(&id) else {
             return Ok(json!([false, format!("Job {id} not found")]));
         };
-        if job.is_final() {
-            return Ok(json!([false, format!("Job {id} is finished")]));
-        }
         if let Some(runner) = self.runners.get(&id) {
             // The runner owns the job file: it applies the request to its
             // unfinished opcodes (and files a waiting lock request again).
@@ -1245,7 +1274,7 @@ impl Server {
             .filter_map(|op| op.input.get("depends")?.as_array())
             .flatten()
             .filter_map(|dependency| dependency.get(0)?.as_u64())
-            .all(|dep| dep == id || self.jobs.get(&dep).is_none_or(Job::is_final))
+            .all(|dep| dep == id || !self.jobs.contains_key(&dep))
     }
 
     fn start_runner(&mut self, id: JobId) {
@@ -1327,7 +1356,7 @@ impl Server {
             let _ = child.wait();
         }
         self.reload(id);
-        let finished = self.jobs.get(&id).is_none_or(Job::is_final);
+        let finished = !self.jobs.contains_key(&id);
         if finished {
             self.runner_done(id);
             return;
@@ -1425,7 +1454,7 @@ impl Server {
     fn mark_dead(&mut self, id: JobId) -> Result<(), DaemonError> {
         // The runner may have finished the file just before it died.
         self.reload(id);
-        let Some(job) = self.jobs.get(&id) else {
+        let Some(job) = self.job(id) else {
             return Ok(());
         };
         if let Some(livelock) = &job.livelock {
@@ -1437,7 +1466,7 @@ impl Server {
         if job.is_final() {
             return Ok(());
         }
-        let mut job = job.clone();
+        let mut job = job.into_owned();
         job.finish_unfinished(
             Status::Error,
             &json!(["OpExecError", [format!("detected death of job {id}")]]),
@@ -1447,7 +1476,7 @@ impl Server {
             &queue::job_path(self.queue.dir(), id),
         ))?;
         self.free_locks(&job);
-        self.jobs.insert(id, job);
+        self.put(job);
         self.changed.push(id);
         Ok(())
     }
@@ -1504,8 +1533,13 @@ impl Server {
     fn reload(&mut self, id: JobId) {
         match self.queue.read_job(id) {
             Ok(Some(job)) => {
-                if self.jobs.get(&id) != Some(&job) {
-                    self.jobs.insert(id, job);
+                // A finished job's file never changes again.
+                let changed = match self.jobs.get(&id) {
+                    Some(known) => *known != job,
+                    None => !self.finished.contains_key(&id),
+                };
+                if changed {
+                    self.put(job);
                     self.changed.push(id);
                     self.send_deferred(id);
                     if self
@@ -1612,12 +1646,17 @@ impl Server {
     /// connections and watchers, to the log.
     fn dump(&self) {
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-        for job in self.jobs.values() {
-            *counts.entry(job.status().name()).or_default() += 1;
+        let statuses = self
+            .jobs
+            .values()
+            .map(Job::status)
+            .chain(self.finished.values().map(|job| job.status));
+        for status in statuses {
+            *counts.entry(status.name()).or_default() += 1;
         }
         tracing::info!(
             serial = self.queue.serial(),
-            jobs = self.jobs.len(),
+            jobs = self.job_count(),
             ?counts,
             queued_to_start = self.queued.len(),
             drained = self.queue.is_drained(),
@@ -1629,7 +1668,7 @@ impl Server {
                 pid = runner.pid,
                 adopted = runner.child.is_none(),
                 dead = runner.dead.is_some(),
-                status = self.jobs.get(id).map(|job| job.status().name()),
+                status = self.job(*id).map(|job| job.status().name()),
                 "dump: runner"
             );
         }
