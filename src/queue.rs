@@ -57,69 +57,6 @@ pub fn priority_request_path(queue_dir: &Path, id: JobId) -> PathBuf {
     queue_dir.join(format!("job-{id}.priority"))
 }
 
-/// The file a job's runner holds an exclusive flock on for its whole life:
-/// one runner per job, even when two luxids (one killed, one restarted)
-/// started one each.
-pub fn claim_path(queue_dir: &Path, id: JobId) -> PathBuf {
-    queue_dir.join(format!("job-{id}.runner"))
-}
-
-/// A runner's claim on its job (see [`claim_path`]); released by
-/// [`JobClaim::release`] or when the runner dies.
-pub struct JobClaim {
-    file: File,
-    path: PathBuf,
-}
-
-/// Claims job `id` for the calling runner: `Ok(None)` if another runner
-/// holds it.
-pub fn claim_job(queue_dir: &Path, id: JobId) -> io::Result<Option<JobClaim>> {
-    let path = claim_path(queue_dir, id);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(&path)?;
-    match file.try_lock() {
-        Ok(()) => Ok(Some(JobClaim { file, path })),
-        Err(fs::TryLockError::WouldBlock) => Ok(None),
-        Err(fs::TryLockError::Error(error)) => Err(error),
-    }
-}
-
-impl JobClaim {
-    /// Removes the claim file while still holding it, then lets go. Called
-    /// once the job file is final: a runner that opens the name afterwards
-    /// finds the job final and leaves it alone.
-    pub fn release(self) -> io::Result<()> {
-        let result = fs::remove_file(&self.path);
-        drop(self.file);
-        result
-    }
-}
-
-/// Whether a live runner holds job `id`'s claim (a failed probe counts as
-/// held: never start a second runner on doubt).
-pub fn job_claimed(queue_dir: &Path, id: JobId) -> bool {
-    let path = claim_path(queue_dir, id);
-    let file = match OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(&path)
-    {
-        Ok(file) => file,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return false,
-        Err(_) => return true,
-    };
-    match file.try_lock_shared() {
-        Ok(()) => false,
-        Err(_) => true,
-    }
-}
-
 /// Where a job's file lives once archived.
 pub fn archived_job_path(queue_dir: &Path, id: JobId) -> PathBuf {
     queue_dir
@@ -198,12 +135,28 @@ pub fn encode_job(job: &Job) -> Vec<u8> {
     bytes
 }
 
+/// How a job file is replaced: always atomically (a reader sees the old
+/// file or the new one); `Synced` also syncs it before the rename, so the
+/// new content survives a crash of the machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    Synced,
+    /// For states that a crash makes moot (a runner's `waiting`, `running`
+    /// and log batches: if the machine dies, so does the runner, and the
+    /// job ends `error` whatever its file said).
+    Visible,
+}
+
 /// Replaces the file of a job that already has one (atomic; the set of
 /// files does not change, so the directory is not synced).
-pub fn replace_job_file(queue_dir: &Path, job: &Job) -> io::Result<()> {
+pub fn replace_job_file(queue_dir: &Path, job: &Job, how: Durability) -> io::Result<()> {
     let path = job_path(queue_dir, job.id);
     let temp = temp_path(&path);
-    let result = write_synced(&temp, &encode_job(job)).and_then(|()| fs::rename(&temp, &path));
+    let written = match how {
+        Durability::Synced => write_synced(&temp, &encode_job(job)),
+        Durability::Visible => fs::write(&temp, encode_job(job)),
+    };
+    let result = written.and_then(|()| fs::rename(&temp, &path));
     if result.is_err() {
         let _ = fs::remove_file(&temp);
     }
@@ -359,7 +312,7 @@ impl Queue {
     /// Rewrites the file of a job luxid owns (not started, or its runner
     /// is dead).
     pub fn write_job(&self, job: &Job) -> io::Result<()> {
-        replace_job_file(&self.dir, job)
+        replace_job_file(&self.dir, job, Durability::Synced)
     }
 
     pub fn read_job(&self, id: JobId) -> Result<Option<Job>, StoreError> {

@@ -175,6 +175,43 @@ fn invalid_pid(pid: u32) -> io::Error {
     )
 }
 
+/// Blocks `signals` for the calling thread; answers the mask before, for
+/// [`restore_signal_mask`].
+///
+/// Why: a process spawned meanwhile inherits the mask, so those signals
+/// stay pending until it has installed its handlers and unblocked them
+/// ([`unblock_signals`]); sent earlier, their default action would kill
+/// it. luxid spawns job runners this way (a plain spawn, no `pre_exec`).
+pub fn block_signals(signals: &[Signal]) -> io::Result<nix::sys::signal::SigSet> {
+    use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
+    let mut set = SigSet::empty();
+    for signal in signals {
+        set.add(*signal);
+    }
+    let mut old = SigSet::empty();
+    pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), Some(&mut old))?;
+    Ok(old)
+}
+
+/// Sets the calling thread's signal mask back to `old`.
+pub fn restore_signal_mask(old: &nix::sys::signal::SigSet) -> io::Result<()> {
+    use nix::sys::signal::{SigmaskHow, pthread_sigmask};
+    pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(old), None)?;
+    Ok(())
+}
+
+/// Unblocks `signals` for the calling thread (a job runner, once its
+/// handlers are installed: see [`block_signals`]).
+pub fn unblock_signals(signals: &[Signal]) -> io::Result<()> {
+    use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
+    let mut set = SigSet::empty();
+    for signal in signals {
+        set.add(*signal);
+    }
+    pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&set), None)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -47,6 +47,11 @@ const SIGNALS: Token = Token(1);
 const INOTIFY: Token = Token(2);
 const FIRST_DYNAMIC_TOKEN: usize = 3;
 
+/// The signals luxid sends a runner that the runner handles (cancel,
+/// priority request) or must survive (wconfd's SIGHUP); blocked while it
+/// is spawned (see `sys::block_signals`).
+const RUNNER_SIGNALS: [Signal; 3] = [Signal::SIGTERM, Signal::SIGUSR1, Signal::SIGHUP];
+
 /// Bytes read from a socket at a time.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
@@ -89,15 +94,13 @@ struct Runner {
     /// Set once the runner exited and the job was not final: the job's
     /// processes are being killed and its livelock awaited.
     dead: Option<DeadRunner>,
-    /// Signals for the runner held back until it has recorded its pid in
-    /// the job file: before that it may not handle them yet, and their
-    /// default action would kill it.
+    /// Signals for a runner whose pid luxid does not know yet.
     deferred: Vec<Signal>,
     /// A cancel-with-kill held back until the runner's pid is known.
     kill_deferred: bool,
-    /// Another runner holds the job's claim but has not recorded its pid
+    /// Another runner holds the job's livelock but has not recorded its pid
     /// yet (it was started by a luxid that died): followed by probes until
-    /// it does, or until its claim is released.
+    /// it does, or until it lets go of the livelock.
     claimant: Option<Instant>,
 }
 
@@ -227,7 +230,7 @@ impl Server {
             let job = &self.jobs[&id];
             let livelock = job.livelock.as_ref().map(PathBuf::from);
             match livelock {
-                None if queue::job_claimed(self.queue.dir(), id) => {
+                None if self.runner_alive(id) => {
                     tracing::info!(job = id, "adopted a starting runner");
                     self.follow_claimant(id);
                 }
@@ -249,22 +252,20 @@ impl Server {
         Ok(())
     }
 
-    /// A job's livelock by name (`job_<id>_*`), for a runner that had not
-    /// recorded it in the job file yet.
-    fn find_job_livelock(&self, id: JobId) -> Option<PathBuf> {
-        let prefix = format!("job_{id:06}_");
-        let dir = self.root.join(crate::wconfd::LIVELOCK_DIR);
-        fs::read_dir(&dir)
-            .ok()?
-            .flatten()
-            .filter(|entry| {
-                entry
-                    .file_name()
-                    .to_str()
-                    .is_some_and(|name| name.starts_with(&prefix))
-            })
-            .map(|entry| entry.path())
-            .find(|path| !liveness::is_dead(path))
+    /// Where a runner of job `id` keeps its livelock: the name is fixed by
+    /// the job's submission time (see `runner::livelock_secs`), so a runner
+    /// that has not recorded it in the job file yet is found all the same.
+    fn job_livelock(&self, id: JobId) -> Option<PathBuf> {
+        let job = self.jobs.get(&id)?;
+        let name = liveness::job_livelock_name(id, crate::runner::livelock_secs(job));
+        Some(self.root.join(crate::wconfd::LIVELOCK_DIR).join(name))
+    }
+
+    /// Whether a runner of job `id` lives (its livelock is held), whoever
+    /// started it.
+    fn runner_alive(&self, id: JobId) -> bool {
+        self.job_livelock(id)
+            .is_some_and(|path| !liveness::is_dead(&path))
     }
 
     fn adopt(&mut self, id: JobId, pid: Option<u32>, livelock: PathBuf) {
@@ -296,7 +297,7 @@ impl Server {
     }
 
     /// Follows a runner luxid did not start and whose pid is not recorded
-    /// yet: it holds the job's claim (see `queue::claim_job`).
+    /// yet: it holds the job's livelock (see `runner::livelock_secs`).
     fn follow_claimant(&mut self, id: JobId) {
         let token = self.new_token();
         self.runner_tokens.insert(token, id);
@@ -316,7 +317,7 @@ impl Server {
     }
 
     /// A claimant recorded its pid: watch it by pidfd. A claimant that let
-    /// go of its claim without recording one never started the job: it
+    /// go of the livelock without recording one never started the job: it
     /// is queued again.
     fn resolve_claimant(&mut self, id: JobId) {
         let Some(runner) = self.runners.get(&id) else {
@@ -359,7 +360,7 @@ impl Server {
             }
             return;
         }
-        if !queue::job_claimed(self.queue.dir(), id) {
+        if !self.runner_alive(id) {
             tracing::info!(
                 job = id,
                 "a runner let go of a job it never started; queued again"
@@ -1288,7 +1289,14 @@ impl Server {
             // Its own process group: cancel-with-kill reaches every
             // process of the job, and none of luxid's.
             .process_group(0);
-        let child = match command.spawn() {
+        // The runner inherits these blocked: sent before it handles them,
+        // they wait instead of killing it.
+        let mask = sys::block_signals(&RUNNER_SIGNALS);
+        let spawned = command.spawn();
+        if let Ok(old) = &mask {
+            let _ = sys::restore_signal_mask(old);
+        }
+        let child = match spawned {
             Ok(child) => child,
             Err(error) => {
                 tracing::error!(job = id, %error, "cannot start the job runner");
@@ -1363,8 +1371,8 @@ impl Server {
         }
         let pid = self.runners[&id].pid;
         let recorded = self.jobs.get(&id).and_then(|job| job.process_id);
-        if recorded != Some(pid) && queue::job_claimed(self.queue.dir(), id) {
-            // Our runner found the job claimed by one a dead luxid started:
+        if recorded != Some(pid) && self.runner_alive(id) {
+            // Our runner found the job held by one a dead luxid started:
             // follow that one.
             tracing::info!(job = id, "another runner has the job; following it");
             let runner = self.runners.get_mut(&id).expect("looked up above");
@@ -1382,7 +1390,7 @@ impl Server {
             .get(&id)
             .and_then(|job| job.livelock.clone())
             .map(PathBuf::from)
-            .or_else(|| self.find_job_livelock(id));
+            .or_else(|| self.job_livelock(id));
         let dead = self.watch_release(id, livelock);
         if let Some(runner) = self.runners.get_mut(&id) {
             runner.dead = Some(dead);
@@ -1461,8 +1469,6 @@ impl Server {
             let dir = self.root.join(crate::wconfd::LIVELOCK_DIR);
             let _ = liveness::remove_dead_livelock(&dir, Path::new(livelock));
         }
-        // Its dead runner's claim (nobody holds it: the runner is gone).
-        let _ = fs::remove_file(queue::claim_path(self.queue.dir(), id));
         if job.is_final() {
             return Ok(());
         }
@@ -1556,14 +1562,12 @@ impl Server {
         }
     }
 
-    /// Sends `signal` to a job's runner now if it handles signals already
-    /// (it has recorded its pid), else once it has.
+    /// Sends `signal` to a job's runner now, or once its pid is known.
     fn signal_runner(&mut self, id: JobId, signal: Signal) {
-        let recorded = self.jobs.get(&id).and_then(|job| job.process_id);
         let Some(runner) = self.runners.get_mut(&id) else {
             return;
         };
-        if recorded == Some(runner.pid) {
+        if runner.pid != 0 {
             if let Err(error) = sys::send_signal(runner.pid, signal) {
                 tracing::debug!(job = id, %error, "cannot signal the runner");
             }
@@ -1573,11 +1577,10 @@ impl Server {
     }
 
     fn send_deferred(&mut self, id: JobId) {
-        let recorded = self.jobs.get(&id).and_then(|job| job.process_id);
         let Some(runner) = self.runners.get_mut(&id) else {
             return;
         };
-        if recorded == Some(runner.pid) {
+        if runner.pid != 0 {
             for signal in std::mem::take(&mut runner.deferred) {
                 if let Err(error) = sys::send_signal(runner.pid, signal) {
                     tracing::debug!(job = id, %error, "cannot signal the runner");

@@ -45,10 +45,11 @@ use std::fs;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
+use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use signal_hook::consts::{SIGHUP, SIGTERM, SIGUSR1};
 use signal_hook_mio::v1_0::Signals;
@@ -75,6 +76,12 @@ pub const LOG_FLUSH_INTERVAL: Duration = Duration::from_millis(50);
 /// The timeout of one `awaitLocks` call; on timeout the runner asks again.
 /// Long, as a grant is answered at once, but below wconfd's limit.
 const AWAIT_TIMEOUT_MS: u64 = 60_000;
+
+/// An opcode whose locks are granted within this is never shown `waiting`:
+/// its `waiting` and `running` go to the job file in one write. Short
+/// against anything a watcher could act on; long enough for wconfd's
+/// answer to an uncontended request (one journal sync).
+const WAITING_SHOWN_AFTER: Duration = Duration::from_millis(3);
 
 /// How much longer than an `awaitLocks` timeout its answer may take before
 /// wconfd counts as hung.
@@ -126,8 +133,6 @@ pub enum RunnerError {
     NoJobFile(JobId),
     #[error("cannot write the job file {path}: {source}")]
     Write { path: PathBuf, source: io::Error },
-    #[error("cannot claim the job ({path}): {source}")]
-    Claim { path: PathBuf, source: io::Error },
     #[error("the event loop failed: {0}")]
     Poll(io::Error),
 }
@@ -144,21 +149,30 @@ pub fn run(root: &Path, id: JobId) -> Result<(), RunnerError> {
     // closed (a cancel or a priority change); the runner learns of grants
     // through awaitLocks, so it only must not die of it.
     let signals = Signals::new([SIGTERM, SIGUSR1, SIGHUP]).map_err(RunnerError::Signals)?;
+    // luxid spawns runners with these blocked, so that none sent before
+    // now killed this one: handled from here on.
+    crate::sys::unblock_signals(&[Signal::SIGTERM, Signal::SIGUSR1, Signal::SIGHUP])
+        .map_err(RunnerError::Signals)?;
     // wconfd compares livelock paths with its canonical root.
     let root = root.canonicalize().map_err(|source| RunnerError::Root {
         path: root.to_owned(),
         source,
     })?;
     let livelock_dir = root.join(LIVELOCK_DIR);
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
-    let name = job_livelock_name(id, secs);
+    let queue_dir = root.join(QUEUE_DIR);
+    // The livelock is named for the job's submission, not for this
+    // process's start: two runners of one job (a luxid killed right after
+    // starting one, and its successor starting another) want the same
+    // name, and its flock lets only one of them run the job.
+    let job = queue::read_job_file(&queue::job_path(&queue_dir, id))?
+        .ok_or(RunnerError::NoJobFile(id))?;
+    if job.is_final() {
+        tracing::info!(job = id, "the job is already final; nothing to run");
+        return Ok(());
+    }
+    let name = job_livelock_name(id, livelock_secs(&job));
     let livelock = match Livelock::create(&livelock_dir, &name) {
         Ok(livelock) => livelock,
-        // The same name held: another runner of this job started in the
-        // same second (see the claim below).
         Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
             tracing::info!(job = id, "another runner has this job; leaving it alone");
             return Ok(());
@@ -171,38 +185,22 @@ pub fn run(root: &Path, id: JobId) -> Result<(), RunnerError> {
             });
         }
     };
-    // One runner per job: a luxid killed while starting a runner and its
-    // successor may each start one; the second finds the claim held and
-    // leaves the job alone.
-    let queue_dir = root.join(QUEUE_DIR);
-    let claim = match queue::claim_job(&queue_dir, id) {
-        Ok(Some(claim)) => claim,
-        Ok(None) => {
-            tracing::info!(job = id, "another runner has this job; leaving it alone");
-            if let Err(error) = livelock.release() {
-                tracing::warn!(job = id, %error, "cannot remove the livelock");
-            }
-            return Ok(());
-        }
-        Err(source) => {
-            let _ = livelock.release();
-            return Err(RunnerError::Claim {
-                path: queue::claim_path(&queue_dir, id),
-                source,
-            });
-        }
-    };
     let result = run_holding(&root, id, &livelock, signals);
-    if let Err(error) = claim.release() {
-        tracing::warn!(job = id, %error, "cannot remove the job's claim");
-    }
     if let Err(error) = livelock.release() {
         tracing::warn!(job = id, %error, "cannot remove the livelock");
     }
     result
 }
 
-/// The runner's life while it holds its livelock.
+/// The seconds in a job's livelock name: those of its submission (0 for a
+/// job file without them). luxid finds a runner's livelock by the same
+/// rule.
+pub fn livelock_secs(job: &Job) -> u64 {
+    job.received_timestamp.map_or(0, |received| received.0)
+}
+
+/// The runner's life while it holds its livelock (the job file is read
+/// again: another runner may have finished it meanwhile).
 fn run_holding(
     root: &Path,
     id: JobId,
@@ -284,6 +282,8 @@ struct Context {
     cancel_requested: bool,
     /// SIGUSR1 arrived: a priority request waits in the queue directory.
     priority_requested: bool,
+    /// An opcode went `waiting` in memory and the file does not say so yet.
+    unpublished_waiting: bool,
     queue_dir: PathBuf,
     path: PathBuf,
     job: Job,
@@ -313,6 +313,7 @@ impl Context {
             cancel_requested: false,
             // A request left before the runner could catch SIGUSR1.
             priority_requested: true,
+            unpublished_waiting: false,
             queue_dir,
             path,
             job,
@@ -325,10 +326,23 @@ impl Context {
     /// Writes the job file now, durably. A job written final has its end
     /// timestamp: a reader that sees it final sees it complete.
     fn write(&mut self) -> Result<(), RunnerError> {
+        self.replace(queue::Durability::Synced)
+    }
+
+    /// Writes the job file now for luxid and its watchers to see, without
+    /// waiting for the disk: for states a crash of the machine makes moot
+    /// (the runner dies with it, and the job ends `error`). Opcode results
+    /// and the final state are written with [`Context::write`].
+    fn publish(&mut self) -> Result<(), RunnerError> {
+        self.replace(queue::Durability::Visible)
+    }
+
+    fn replace(&mut self, how: queue::Durability) -> Result<(), RunnerError> {
+        self.unpublished_waiting = false;
         if self.job.is_final() {
             self.job.end_timestamp.get_or_insert_with(Timestamp::now);
         }
-        queue::replace_job_file(&self.queue_dir, &self.job).map_err(|source| {
+        queue::replace_job_file(&self.queue_dir, &self.job, how).map_err(|source| {
             RunnerError::Write {
                 path: self.path.clone(),
                 source,
@@ -357,13 +371,13 @@ impl Context {
     fn log_now(&mut self, index: usize, kind: &str, message: Value) -> Result<(), RunnerError> {
         self.log
             .append_always(&mut self.job.ops[index], kind, message, Timestamp::now());
-        self.write()
+        self.publish()
     }
 
     /// Writes the batched log entries if they waited long enough.
     fn flush_if_due(&mut self, now: Instant) -> Result<(), RunnerError> {
         if self.unwritten && now >= self.last_write + LOG_FLUSH_INTERVAL {
-            self.write()?;
+            self.publish()?;
         }
         Ok(())
     }
@@ -408,7 +422,7 @@ impl Context {
         }
         if changed {
             tracing::info!(job = self.job.id, priority, "priority changed");
-            self.write()?;
+            self.publish()?;
         }
         Ok(())
     }
@@ -506,7 +520,9 @@ impl Runner {
             op.status = Status::Waiting;
             op.start_timestamp = Some(Timestamp::now());
         }
-        self.context.write()?;
+        // Shown only if the locks do not come at once (see `await_locks`):
+        // an uncontended opcode goes from `queued` to `running` in one write.
+        self.context.unpublished_waiting = true;
         let parsed = match opcode::parse(&self.context.job.ops[index].input) {
             Ok(parsed) => parsed,
             Err(error) => return self.fail(index, prereq_error(error.0), false),
@@ -546,7 +562,7 @@ impl Runner {
             op.status = Status::Running;
             op.exec_timestamp = Some(Timestamp::now());
         }
-        self.context.write()?;
+        self.context.publish()?;
         let result = self.execute(index, &parsed)?;
         let succeeded = result.is_ok();
         {
@@ -617,7 +633,7 @@ impl Runner {
                 op.status = Status::Canceling;
             }
         }
-        self.context.write()?;
+        self.context.publish()?;
         if drop_request {
             // The connection may hold an unanswered `awaitLocks`: a fresh
             // one frees at once.
@@ -691,11 +707,20 @@ impl Runner {
             client.send("awaitLocks", args).map_err(unreachable)?;
             let deadline =
                 Instant::now() + Duration::from_millis(AWAIT_TIMEOUT_MS) + AWAIT_ANSWER_GRACE;
+            let show_waiting_at = Instant::now() + WAITING_SHOWN_AFTER;
             loop {
+                let wake = if self.context.unpublished_waiting {
+                    show_waiting_at.min(deadline)
+                } else {
+                    deadline
+                };
                 let ready = self
                     .context
-                    .wait(Some(deadline))
+                    .wait(Some(wake))
                     .map_err(|error| error.to_string())?;
+                if self.context.unpublished_waiting && Instant::now() >= show_waiting_at {
+                    self.context.publish().map_err(|error| error.to_string())?;
+                }
                 if self.context.cancel_requested {
                     return Ok(Acquired::Canceled);
                 }
