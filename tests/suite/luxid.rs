@@ -15,7 +15,11 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-use crate::daemon::{Client, DEADLINE, Root, Wconfd, wait_for_exit, wait_until};
+use crate::daemon::{Client, DEADLINE, Root, Wconfd, timing_guard, wait_for_exit, wait_until};
+
+/// liveness.md: a runner killed with SIGKILL has its job marked `error` and
+/// its locks free within this (the test also counts its own polling).
+const DEATH_TO_FREE_MAX: Duration = Duration::from_millis(50);
 
 /// A running (or stopped) luxid on a root; killed when dropped.
 pub struct Luxid {
@@ -565,9 +569,11 @@ fn a_killed_runner_fails_its_job_and_frees_its_locks() {
     let runner = job["process_id"]
         .as_u64()
         .expect("the runner recorded its pid") as i32;
+    let mut wconfd = cluster.wconfd_client();
+    // jobs.md's bound; measured with nothing else of the suite running.
+    let _timing = timing_guard();
     let killed = Instant::now();
     kill(Pid::from_raw(runner), Signal::SIGKILL).unwrap();
-    let mut wconfd = cluster.wconfd_client();
     wait_until("the job is error and node/n1 free", DEADLINE, || {
         cluster.status(id) == "error"
             && wconfd
@@ -578,8 +584,9 @@ fn a_killed_runner_fails_its_job_and_frees_its_locks() {
                 .all(|lock| lock != "node/n1")
     });
     let elapsed = killed.elapsed();
+    println!("kill -9 of the runner to error and node/n1 free: {elapsed:?}");
     assert!(
-        elapsed < Duration::from_secs(1),
+        elapsed < DEATH_TO_FREE_MAX,
         "took {elapsed:?}:\n{}",
         cluster.logs()
     );
