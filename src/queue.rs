@@ -252,25 +252,7 @@ impl Queue {
         }
         check_version(&dir)?;
         let serial = read_serial(&dir.join(SERIAL_FILE))?;
-        let mut loaded = scan(&dir)?;
-        // A job beyond the durable serial was never acknowledged: a crash
-        // of the machine during its submission can leave its file short,
-        // and it is removed rather than reported as damage.
-        loaded.skipped.retain(|error| {
-            let StoreError::Damaged { path, .. } = error else {
-                return true;
-            };
-            let id = path
-                .file_name()
-                .and_then(|name| name.to_str())
-                .and_then(parse_job_file_name);
-            if id.is_some_and(|id| id > serial) {
-                tracing::info!(path = %path.display(), "removed the file of a submission that never completed");
-                let _ = fs::remove_file(path);
-                return false;
-            }
-            true
-        });
+        let loaded = scan(&dir)?;
         let highest = loaded
             .jobs
             .iter()
@@ -578,33 +560,14 @@ mod tests {
     #[test]
     fn a_damaged_job_file_is_skipped_and_named() {
         let root = tempfile::tempdir().unwrap();
-        let (mut queue, _) = Queue::open(root.path()).unwrap();
-        let jobs = [job(queue.next_id()), job(queue.next_id())];
-        queue.commit_new(&jobs).unwrap();
+        let (queue, _) = Queue::open(root.path()).unwrap();
+        queue.commit_new(&[job(1)]).unwrap();
         fs::write(queue.dir().join("job-2"), b"{garbage").unwrap();
         drop(queue);
         let (_, loaded) = Queue::open(root.path()).unwrap();
         assert_eq!(loaded.jobs.len(), 1);
         assert_eq!(loaded.skipped.len(), 1);
         assert!(loaded.skipped[0].to_string().contains("job-2"));
-        assert!(
-            root.path().join("queue/job-2").exists(),
-            "damage is left for people to see"
-        );
-    }
-
-    #[test]
-    fn a_short_file_beyond_the_serial_is_an_unfinished_submission() {
-        let root = tempfile::tempdir().unwrap();
-        let (queue, _) = Queue::open(root.path()).unwrap();
-        queue.commit_new(&[job(1)]).unwrap();
-        // As a crash of the machine may leave a staged file (job 2 was
-        // never acknowledged: the serial says 1).
-        fs::write(queue.dir().join("job-2"), b"").unwrap();
-        drop(queue);
-        let (_, loaded) = Queue::open(root.path()).unwrap();
-        assert!(loaded.skipped.is_empty());
-        assert!(!root.path().join("queue/job-2").exists());
     }
 
     #[test]
