@@ -284,55 +284,29 @@ impl Queue {
         self.serial
     }
 
-    /// Makes new jobs and the serial durable together
-    /// ([`Queue::stage_new`], then [`Queue::sync_new`]).
+    /// Makes new jobs and the serial durable together: every job file and
+    /// the serial are written to temp files and synced in parallel (the
+    /// syncs overlap in the device), then renamed into place (job files
+    /// first, so a serial on disk never names a job without a file), then
+    /// the directory is synced once.
     pub fn commit_new(&self, jobs: &[Job]) -> io::Result<()> {
-        self.stage_new(jobs)?;
-        self.sync_new(jobs)
-    }
-
-    /// Puts the files of new jobs in place, not yet durable: their runners
-    /// may start and read them while [`Queue::sync_new`] runs, but must not
-    /// act before it returned (luxid tells them).
-    pub fn stage_new(&self, jobs: &[Job]) -> io::Result<()> {
-        for job in jobs {
-            let path = job_path(&self.dir, job.id);
-            let temp = temp_path(&path);
-            let written = fs::write(&temp, encode_job(job)).and_then(|()| fs::rename(&temp, &path));
-            if written.is_err() {
-                let _ = fs::remove_file(&temp);
-            }
-            written?;
-        }
-        Ok(())
-    }
-
-    /// Makes staged jobs and the serial durable: the job files and the
-    /// serial are synced in parallel (the syncs overlap in the device), the
-    /// serial is renamed into place, then the directory is synced once. A
-    /// serial on disk never names a job whose file is not durable.
-    pub fn sync_new(&self, jobs: &[Job]) -> io::Result<()> {
         let serial_path = self.dir.join(SERIAL_FILE);
-        let serial_temp = temp_path(&serial_path);
-        let serial = format!("{}\n", self.serial).into_bytes();
-        let syncs: Vec<Option<JobId>> = jobs.iter().map(|job| Some(job.id)).chain([None]).collect();
-        syncs
+        let mut files: Vec<(PathBuf, Vec<u8>)> = jobs
+            .iter()
+            .map(|job| (job_path(&self.dir, job.id), encode_job(job)))
+            .collect();
+        files.push((serial_path, format!("{}\n", self.serial).into_bytes()));
+        let temps: Vec<(PathBuf, &PathBuf)> = files
             .par_iter()
-            .map(|target| match target {
-                Some(id) => File::open(job_path(&self.dir, *id))?.sync_all(),
-                None => write_synced(&serial_temp, &serial),
+            .map(|(path, bytes)| {
+                let temp = temp_path(path);
+                write_synced(&temp, bytes).map(|()| (temp, path))
             })
-            .collect::<io::Result<()>>()?;
-        fs::rename(&serial_temp, &serial_path)?;
-        sync_dir(&self.dir)
-    }
-
-    /// Removes staged jobs whose sync failed: never acknowledged, they must
-    /// not come back at the next start.
-    pub fn unstage(&self, jobs: &[Job]) {
-        for job in jobs {
-            let _ = fs::remove_file(job_path(&self.dir, job.id));
+            .collect::<io::Result<_>>()?;
+        for (temp, path) in &temps {
+            fs::rename(temp, path)?;
         }
+        sync_dir(&self.dir)
     }
 
     /// Rewrites the file of a job luxid owns (not started, or its runner

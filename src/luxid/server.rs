@@ -11,13 +11,13 @@
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::fs;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mio::net::{UnixListener, UnixStream};
@@ -148,10 +148,6 @@ pub struct Server {
     changed: Vec<JobId>,
     /// Connections to read again (they had more than one chunk).
     ready: Vec<Token>,
-    /// New jobs whose commit is in flight: their runners wait for word.
-    unconfirmed: HashSet<JobId>,
-    /// The stdin of each runner started for an unconfirmed job.
-    confirmations: Vec<ChildStdin>,
     stopping: bool,
 }
 
@@ -217,8 +213,6 @@ impl Server {
             turn_connections: Vec::new(),
             changed: Vec::new(),
             ready: Vec::new(),
-            unconfirmed: HashSet::new(),
-            confirmations: Vec::new(),
             stopping: false,
         })
     }
@@ -723,7 +717,29 @@ impl Server {
         self.expire_watchers(Instant::now());
         let new_jobs = std::mem::take(&mut self.new_jobs);
         if !new_jobs.is_empty() {
-            self.commit_new_jobs(&new_jobs);
+            let jobs: Vec<Job> = new_jobs.iter().map(|id| self.jobs[id].clone()).collect();
+            let started = Instant::now();
+            let committed = self.queue.commit_new(&jobs);
+            tracing::debug!(
+                jobs = jobs.len(),
+                elapsed_us = started.elapsed().as_micros() as u64,
+                "committed new jobs"
+            );
+            match committed {
+                Ok(()) => {
+                    for job in &jobs {
+                        self.queued.insert((job.priority(), job.id));
+                    }
+                }
+                Err(error) => {
+                    // Nothing of these jobs may be revealed.
+                    tracing::error!(%error, "cannot write new jobs; refusing them");
+                    for id in &new_jobs {
+                        self.jobs.remove(id);
+                    }
+                    self.fail_staged_submissions(&error);
+                }
+            }
         }
         let mut tokens = std::mem::take(&mut self.turn_connections);
         tokens.sort_unstable();
@@ -736,53 +752,6 @@ impl Server {
             }
         }
         self.schedule();
-    }
-
-    /// Makes a turn's new jobs durable, starting the runners of those that
-    /// may start meanwhile: a runner's process start then overlaps the
-    /// syncs, and the runner waits for luxid's word (a byte on its stdin)
-    /// before it acts, given once the job is durable. If the sync fails,
-    /// the runners get no word (they leave the jobs alone), the files are
-    /// removed and the submitters told.
-    fn commit_new_jobs(&mut self, ids: &[JobId]) {
-        let jobs: Vec<Job> = ids.iter().map(|id| self.jobs[id].clone()).collect();
-        let started = Instant::now();
-        let mut committed = self.queue.stage_new(&jobs);
-        if committed.is_ok() {
-            for job in &jobs {
-                self.queued.insert((job.priority(), job.id));
-            }
-            self.unconfirmed = ids.iter().copied().collect();
-            self.schedule();
-            self.unconfirmed.clear();
-            committed = self.queue.sync_new(&jobs);
-        }
-        tracing::debug!(
-            jobs = jobs.len(),
-            elapsed_us = started.elapsed().as_micros() as u64,
-            "committed new jobs"
-        );
-        let confirmations = std::mem::take(&mut self.confirmations);
-        match committed {
-            Ok(()) => {
-                for mut confirmation in confirmations {
-                    if let Err(error) = confirmation.write_all(b"g") {
-                        tracing::warn!(%error, "cannot tell a runner its job is durable");
-                    }
-                }
-            }
-            Err(error) => {
-                // Nothing of these jobs may be revealed or run.
-                drop(confirmations);
-                tracing::error!(%error, "cannot write new jobs; refusing them");
-                self.queue.unstage(&jobs);
-                for id in ids {
-                    self.jobs.remove(id);
-                    self.queued.retain(|&(_, queued)| queued != *id);
-                }
-                self.fail_staged_submissions(&error);
-            }
-        }
     }
 
     /// A failed group commit: every connection that staged replies this
@@ -1315,30 +1284,20 @@ impl Server {
             .arg("--root")
             .arg(&self.root)
             .arg(id.to_string())
+            .stdin(Stdio::null())
             .stdout(Stdio::null())
             // Its own process group: cancel-with-kill reaches every
             // process of the job, and none of luxid's.
             .process_group(0);
         // The runner inherits these blocked: sent before it handles them,
         // they wait instead of killing it.
-        let unconfirmed = self.unconfirmed.contains(&id);
-        command.stdin(if unconfirmed {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        });
         let mask = sys::block_signals(&RUNNER_SIGNALS);
         let spawned = command.spawn();
         if let Ok(old) = &mask {
             let _ = sys::restore_signal_mask(old);
         }
         let child = match spawned {
-            Ok(mut child) => {
-                if let Some(stdin) = child.stdin.take() {
-                    self.confirmations.push(stdin);
-                }
-                child
-            }
+            Ok(child) => child,
             Err(error) => {
                 tracing::error!(job = id, %error, "cannot start the job runner");
                 let mut job = self.jobs[&id].clone();

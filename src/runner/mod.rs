@@ -153,12 +153,6 @@ pub fn run(root: &Path, id: JobId) -> Result<(), RunnerError> {
     // now killed this one: handled from here on.
     crate::sys::unblock_signals(&[Signal::SIGTERM, Signal::SIGUSR1, Signal::SIGHUP])
         .map_err(RunnerError::Signals)?;
-    // Started while luxid makes the job's submission durable: nothing is
-    // done before its word.
-    if !confirmed_by_luxid() {
-        tracing::info!(job = id, "luxid did not confirm the job; leaving it alone");
-        return Ok(());
-    }
     // wconfd compares livelock paths with its canonical root.
     let root = root.canonicalize().map_err(|source| RunnerError::Root {
         path: root.to_owned(),
@@ -196,34 +190,6 @@ pub fn run(root: &Path, id: JobId) -> Result<(), RunnerError> {
         tracing::warn!(job = id, %error, "cannot remove the livelock");
     }
     result
-}
-
-/// Waits for luxid's word that the job is durable, if it asked for that
-/// (stdin is a pipe: see luxid's `commit_new_jobs`): a byte means go, the
-/// end of the pipe means the submission failed (or luxid died first).
-/// Any other stdin needs no word.
-fn confirmed_by_luxid() -> bool {
-    use std::io::Read;
-    use std::os::fd::AsFd;
-    use std::os::unix::fs::FileTypeExt;
-    let stdin = io::stdin();
-    let is_pipe = stdin
-        .as_fd()
-        .try_clone_to_owned()
-        .map(fs::File::from)
-        .and_then(|file| file.metadata())
-        .is_ok_and(|metadata| metadata.file_type().is_fifo());
-    if !is_pipe {
-        return true;
-    }
-    let mut byte = [0u8; 1];
-    loop {
-        match stdin.lock().read(&mut byte) {
-            Ok(read) => return read == 1,
-            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return false,
-        }
-    }
 }
 
 /// The seconds in a job's livelock name: those of its submission (0 for a
