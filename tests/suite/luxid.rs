@@ -929,3 +929,70 @@ fn a_multi_opcode_job_goes_through_each_opcode_in_order() {
     }
     assert_eq!(log_messages(&row[3][1]), ["two"]);
 }
+
+#[test]
+fn luxid_refuses_to_start_without_wconfd() {
+    let root = Root::new();
+    let (status, log) = match Luxid::try_start_on(&root) {
+        Ok(_) => panic!("luxid started without wconfd"),
+        Err(failure) => failure,
+    };
+    assert!(!status.success());
+    assert!(
+        log.contains("wconfd must run on the same root first"),
+        "{log}"
+    );
+    assert!(!root.path().join("queue").exists(), "it changed nothing");
+}
+
+#[test]
+fn sigusr2_dumps_the_queue_and_the_runners() {
+    let cluster = Cluster::start();
+    let id = cluster.submit(json!([exec(&["/bin/sleep", "30"])]));
+    wait_until("the job runs", DEADLINE, || cluster.status(id) == "running");
+    // A connection open during the dump.
+    let mut client = cluster.client();
+    client.ok("QueryJobs", json!([[id], ["status"]]));
+    kill(Pid::from_raw(cluster.luxid.pid() as i32), Signal::SIGUSR2).unwrap();
+    wait_until("the dump is in the log", DEADLINE, || {
+        let log = cluster.luxid.log();
+        log.contains("dump: queue")
+            && log.contains("dump: runner")
+            && log.contains("dump: connection")
+    });
+    client.ok("CancelJob", json!([id, true]));
+}
+
+#[test]
+fn connections_over_the_limit_are_closed() {
+    let cluster = Cluster::start_with_settings("[luxid]\nconnections_max = 2\n");
+    // A served connection (earlier ones, the harness's readiness probe
+    // among them, may still count until luxid has seen them close).
+    let served = || loop {
+        let stream = UnixStream::connect(Luxid::socket(cluster.root())).expect("connect");
+        let mut client = Client::over(stream);
+        if matches!(
+            client.try_call("QueryJobs", json!([null, ["id"]])),
+            Ok(Ok(_))
+        ) {
+            return client;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let first = served();
+    let _second = served();
+    let mut third = cluster.client();
+    let _ = third.send("QueryJobs", json!([null, ["id"]]));
+    assert!(third.closed_by_daemon(), "a third connection was served");
+    drop(first);
+    wait_until("a freed slot serves again", DEADLINE, || {
+        let Ok(stream) = UnixStream::connect(Luxid::socket(cluster.root())) else {
+            return false;
+        };
+        let mut client = Client::over(stream);
+        matches!(
+            client.try_call("QueryJobs", json!([null, ["id"]])),
+            Ok(Ok(_))
+        )
+    });
+}
