@@ -1,7 +1,7 @@
 //! warden: a job executor with a lock-daemon core.
 //!
 //! The library holds everything the binaries in `bin/` run: the pure lock
-//! core ([`locks`]), the wire protocol ([`protocol`]), durable files
+//! core ([`locks`]), the wire protocol ([`protocol`]), what both daemons share at their edges ([`daemon`]), durable files
 //! ([`store`]), the wconfd daemon ([`wconfd`]), the job runner that runs
 //! one job's opcodes ([`runner`]), the settings file
 //! `warden.toml` ([`settings`]), livelock files and the death probe
@@ -11,6 +11,7 @@
 //! whole plan.
 
 pub mod bench;
+pub mod daemon;
 pub mod jobs;
 pub mod limits;
 pub mod liveness;

@@ -8,13 +8,9 @@
 
 mod server;
 
-use std::fs::{self, DirBuilder};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::liveness::{self, Livelock};
 use crate::queue::{Queue, QueueError};
 use crate::settings::{Settings, SettingsError};
 use crate::store::StoreError;
@@ -94,18 +90,9 @@ pub fn start(root: &Path) -> Result<Server, DaemonError> {
         serial = queue.serial(),
         "queue loaded"
     );
-    let started = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_secs())
-        .unwrap_or(0);
-    let livelock = Livelock::create(
-        &livelock_dir,
-        &liveness::daemon_livelock_name("luxi-daemon", started),
-    )
-    .map_err(io_error(
-        "cannot create the daemon's livelock in",
-        &livelock_dir,
-    ))?;
+    let livelock = crate::daemon::daemon_livelock(&livelock_dir, "luxi-daemon").map_err(
+        io_error("cannot create the daemon's livelock in", &livelock_dir),
+    )?;
     let mut server = Server::new(
         root,
         settings,
@@ -123,15 +110,5 @@ pub fn start(root: &Path) -> Result<Server, DaemonError> {
 }
 
 fn make_dir(path: &Path, mode: u32) -> Result<(), DaemonError> {
-    match DirBuilder::new().mode(mode).create(path) {
-        Ok(()) => Ok(()),
-        Err(error) if error.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
-        Err(error) => Err(io_error("cannot create directory", path)(error)),
-    }
-}
-
-/// Socket files are 0660: the directory and SO_PEERCRED do the rest.
-fn restrict_socket(path: &Path) -> Result<(), DaemonError> {
-    fs::set_permissions(path, fs::Permissions::from_mode(0o660))
-        .map_err(io_error("cannot set the mode of", path))
+    crate::daemon::make_dir(path, mode).map_err(io_error("cannot create directory", path))
 }

@@ -13,7 +13,7 @@ use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -29,7 +29,8 @@ use serde_json::{Value, json};
 use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR2};
 use signal_hook_mio::v1_0::Signals;
 
-use super::{DaemonError, io_error, restrict_socket};
+use super::{DaemonError, io_error};
+use crate::daemon::{self, Admission};
 use crate::jobs::opcode::{self, SUBMIT_PRIORITIES};
 use crate::jobs::{FIELDS, Job, JobId, QueuedOpcode, Status, Timestamp};
 use crate::limits::WAIT_FOR_CHANGE_SECONDS_MAX;
@@ -123,7 +124,7 @@ pub struct Server {
     _livelock: Livelock,
     /// The connection to wconfd, made again after a failure.
     wconfd: Option<WconfdClient>,
-    own_uid: u32,
+    admission: Admission,
     group_gid: Option<u32>,
     /// Every unfinished job of the queue.
     jobs: BTreeMap<JobId, Job>,
@@ -196,7 +197,7 @@ impl Server {
             queue,
             _livelock: livelock,
             wconfd: None,
-            own_uid: nix::unistd::geteuid().as_raw(),
+            admission: Admission::new(group_gid),
             group_gid,
             jobs: jobs.into_iter().map(|job| (job.id, job)).collect(),
             finished: finished.into_iter().map(|job| (job.id, job)).collect(),
@@ -376,17 +377,11 @@ impl Server {
     }
 
     pub(super) fn bind(&mut self, path: &Path) -> Result<(), DaemonError> {
-        if let Ok(metadata) = fs::symlink_metadata(path) {
-            use std::os::unix::fs::FileTypeExt;
-            if metadata.file_type().is_socket() {
-                fs::remove_file(path).map_err(io_error("cannot remove the stale socket", path))?;
-            }
+        let mut listener = daemon::bind_socket(path).map_err(io_error("cannot bind", path))?;
+        if let Some(gid) = self.group_gid {
+            daemon::share_with_group(path, gid, 0o660)
+                .map_err(io_error("cannot give the socket group", path))?;
         }
-        let umask = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o117));
-        let bound = UnixListener::bind(path);
-        nix::sys::stat::umask(umask);
-        let mut listener = bound.map_err(io_error("cannot bind", path))?;
-        restrict_socket(path)?;
         self.poll
             .registry()
             .register(&mut listener, LISTENER, Interest::READABLE)
@@ -509,22 +504,9 @@ impl Server {
                     return;
                 }
             };
-            let peer = match sys::peer_credentials(&stream) {
-                Ok(peer) => peer,
-                Err(error) => {
-                    tracing::warn!(%error, "cannot read the peer's credentials; closing");
-                    continue;
-                }
-            };
-            let privileged = peer.uid == 0 || peer.uid == self.own_uid;
-            if !privileged && self.group_gid != Some(peer.gid) {
-                tracing::warn!(
-                    pid = peer.pid,
-                    uid = peer.uid,
-                    "refused a connection from a user outside the allowed ones"
-                );
+            let Some((peer, _privileged)) = self.admission.admit(&stream) else {
                 continue;
-            }
+            };
             if self.connections.len() >= self.settings.luxid.connections_max {
                 tracing::warn!(
                     pid = peer.pid,
@@ -649,45 +631,19 @@ impl Server {
         let Some(connection) = self.connections.get_mut(&token) else {
             return;
         };
-        let mut written = 0;
-        let mut failed = false;
-        while written < connection.output.len() {
-            match connection.stream.write(&connection.output[written..]) {
-                Ok(0) => {
-                    failed = true;
-                    break;
-                }
-                Ok(count) => written += count,
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    failed = true;
-                    break;
-                }
-            }
-        }
-        connection.output.drain(..written);
-        if failed {
+        let written =
+            daemon::write_out(&mut connection.stream, &mut connection.output).and_then(|()| {
+                daemon::watch_writable(
+                    self.poll.registry(),
+                    &mut connection.stream,
+                    token,
+                    &mut connection.writable_registered,
+                    !connection.output.is_empty(),
+                )
+            });
+        if written.is_err() {
             self.close(token);
             return;
-        }
-        let want_writable = !connection.output.is_empty();
-        if want_writable != connection.writable_registered {
-            let interest = if want_writable {
-                Interest::READABLE | Interest::WRITABLE
-            } else {
-                Interest::READABLE
-            };
-            if self
-                .poll
-                .registry()
-                .reregister(&mut connection.stream, token, interest)
-                .is_err()
-            {
-                self.close(token);
-                return;
-            }
-            connection.writable_registered = want_writable;
         }
         if connection.output.is_empty() && connection.closing && connection.staged.is_empty() {
             self.close(token);

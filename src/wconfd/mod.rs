@@ -10,13 +10,12 @@
 pub mod client;
 mod server;
 
-use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::liveness::{self, Livelock};
 use crate::settings::{Settings, SettingsError};
 use crate::store::StoreError;
 use crate::store::config::ConfigStore;
@@ -113,18 +112,9 @@ pub fn start(root: &Path) -> Result<Server, DaemonError> {
         );
     }
     let config = ConfigStore::open(root, unix_now())?;
-    let started = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_secs())
-        .unwrap_or(0);
-    let livelock = Livelock::create(
-        &livelock_dir,
-        &liveness::daemon_livelock_name("wconf-daemon", started),
-    )
-    .map_err(io_error(
-        "cannot create the daemon's livelock in",
-        &livelock_dir,
-    ))?;
+    let livelock = crate::daemon::daemon_livelock(&livelock_dir, "wconf-daemon").map_err(
+        io_error("cannot create the daemon's livelock in", &livelock_dir),
+    )?;
 
     let socket_path = root.join(SOCKET_PATH);
     let mut server = Server::new(
@@ -145,11 +135,7 @@ pub fn start(root: &Path) -> Result<Server, DaemonError> {
 }
 
 fn make_dir(path: &Path, mode: u32) -> Result<(), DaemonError> {
-    match DirBuilder::new().mode(mode).create(path) {
-        Ok(()) => Ok(()),
-        Err(error) if error.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
-        Err(error) => Err(io_error("cannot create directory", path)(error)),
-    }
+    crate::daemon::make_dir(path, mode).map_err(io_error("cannot create directory", path))
 }
 
 /// One wconfd per root: an exclusive flock on `wconfd.lock`, held for the
@@ -192,14 +178,6 @@ fn raise_descriptor_limit(connections_max: usize) {
 
 /// Gives a directory (or the socket) to the socket group with `mode`.
 pub(crate) fn share_with_group(path: &Path, gid: u32, mode: u32) -> Result<(), DaemonError> {
-    std::os::unix::fs::chown(path, None, Some(gid))
-        .map_err(io_error("cannot give the socket group", path))?;
-    fs::set_permissions(path, fs::Permissions::from_mode(mode))
-        .map_err(io_error("cannot set the mode of", path))
-}
-
-/// Socket files are 0660: the directory and SO_PEERCRED do the rest.
-fn restrict_socket(path: &Path) -> Result<(), DaemonError> {
-    fs::set_permissions(path, fs::Permissions::from_mode(0o660))
-        .map_err(io_error("cannot set the mode of", path))
+    crate::daemon::share_with_group(path, gid, mode)
+        .map_err(io_error("cannot give the socket group", path))
 }

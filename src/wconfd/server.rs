@@ -10,7 +10,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::fs::{self, File};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
@@ -24,7 +24,8 @@ use serde_json::{Value, json};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR2};
 use signal_hook_mio::v1_0::Signals;
 
-use super::{DaemonError, io_error, restrict_socket, unix_now};
+use super::{DaemonError, io_error, unix_now};
+use crate::daemon::{self, Admission};
 use crate::liveness::{self, Livelock};
 use crate::locks::{Entry, Level, LockManager, LockName, LockOp, Mode, OpOutcome, Owner, Priority};
 use crate::protocol::wconfd::{
@@ -136,7 +137,7 @@ pub struct Server {
     signals: Signals,
     settings: Settings,
     limits: DecodeLimits,
-    own_uid: u32,
+    admission: Admission,
     group_gid: Option<u32>,
     livelock_dir: PathBuf,
     livelock: Livelock,
@@ -215,7 +216,7 @@ impl Server {
             signals,
             settings,
             limits,
-            own_uid: nix::unistd::geteuid().as_raw(),
+            admission: Admission::new(group_gid),
             group_gid,
             livelock_dir,
             livelock,
@@ -269,21 +270,7 @@ impl Server {
     }
 
     pub(super) fn bind(&mut self, path: &Path) -> Result<(), DaemonError> {
-        // Only a socket is replaced: we hold the instance lock, so it is
-        // stale.
-        if let Ok(metadata) = fs::symlink_metadata(path) {
-            use std::os::unix::fs::FileTypeExt;
-            if metadata.file_type().is_socket() {
-                fs::remove_file(path).map_err(io_error("cannot remove the stale socket", path))?;
-            }
-        }
-        // Created 0660 (the umask decides a new socket's mode), so it is
-        // never reachable with a wider mode, not even for an instant.
-        let umask = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o117));
-        let bound = UnixListener::bind(path);
-        nix::sys::stat::umask(umask);
-        let mut listener = bound.map_err(io_error("cannot bind", path))?;
-        restrict_socket(path)?;
+        let mut listener = daemon::bind_socket(path).map_err(io_error("cannot bind", path))?;
         if let Some(gid) = self.group_gid {
             super::share_with_group(path, gid, 0o660)?;
         }
@@ -382,23 +369,9 @@ impl Server {
                     return;
                 }
             };
-            let peer = match sys::peer_credentials(&stream) {
-                Ok(peer) => peer,
-                Err(error) => {
-                    tracing::warn!(%error, "cannot read the peer's credentials; closing");
-                    continue;
-                }
-            };
-            let privileged = peer.uid == 0 || peer.uid == self.own_uid;
-            if !privileged && !self.in_socket_group(&peer) {
-                tracing::warn!(
-                    pid = peer.pid,
-                    uid = peer.uid,
-                    gid = peer.gid,
-                    "refused a connection from a user outside the allowed ones"
-                );
+            let Some((peer, privileged)) = self.admission.admit(&stream) else {
                 continue;
-            }
+            };
             if self.connections.len() >= self.settings.wconfd.connections_max {
                 tracing::warn!(
                     pid = peer.pid,
@@ -432,21 +405,6 @@ impl Server {
                     writable_registered: false,
                 },
             );
-        }
-    }
-
-    fn in_socket_group(&self, peer: &PeerCredentials) -> bool {
-        let Some(gid) = self.group_gid else {
-            return false;
-        };
-        if peer.gid == gid {
-            return true;
-        }
-        let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(peer.uid));
-        let group = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid));
-        match (user, group) {
-            (Ok(Some(user)), Ok(Some(group))) => group.mem.contains(&user.name),
-            _ => false,
         }
     }
 
@@ -572,50 +530,25 @@ impl Server {
         let Some(connection) = self.connections.get_mut(&token) else {
             return;
         };
-        let mut written = 0;
-        let mut failed = false;
-        while written < connection.output.len() {
-            match connection.stream.write(&connection.output[written..]) {
-                Ok(0) => {
-                    failed = true;
-                    break;
-                }
-                Ok(count) => written += count,
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    failed = true;
-                    break;
-                }
-            }
-        }
-        connection.output.drain(..written);
-        if failed {
+        let before = connection.output.len();
+        let written =
+            daemon::write_out(&mut connection.stream, &mut connection.output).and_then(|()| {
+                daemon::watch_writable(
+                    self.poll.registry(),
+                    &mut connection.stream,
+                    token,
+                    &mut connection.writable_registered,
+                    !connection.output.is_empty(),
+                )
+            });
+        if written.is_err() {
             self.close(token);
             return;
-        }
-        let want_writable = !connection.output.is_empty();
-        if want_writable != connection.writable_registered {
-            let interest = if want_writable {
-                Interest::READABLE | Interest::WRITABLE
-            } else {
-                Interest::READABLE
-            };
-            if self
-                .poll
-                .registry()
-                .reregister(&mut connection.stream, token, interest)
-                .is_err()
-            {
-                self.close(token);
-                return;
-            }
-            connection.writable_registered = want_writable;
         }
         if connection.output.is_empty() {
             if connection.closing && connection.unrevealed_turns == 0 {
                 self.close(token);
-            } else if written > 0 && connection.reader.buffered_bytes() > 0 {
+            } else if before > 0 && connection.reader.buffered_bytes() > 0 {
                 // Answering paused while output was backed up.
                 self.ready.push(token);
             }

@@ -1,0 +1,159 @@
+//! What wconfd and luxid share at their edges: their directories, their own
+//! livelock, their socket, who may connect, and writing replies out. One
+//! way to do each, so the two daemons cannot drift apart.
+
+use std::fs::{self, DirBuilder};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use mio::net::{UnixListener, UnixStream};
+use mio::{Interest, Registry, Token};
+
+use crate::liveness::{self, Livelock};
+use crate::sys::{self, PeerCredentials};
+
+/// Creates a directory with `mode` unless it exists.
+pub fn make_dir(path: &Path, mode: u32) -> io::Result<()> {
+    match DirBuilder::new().mode(mode).create(path) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// The daemon's own livelock, `<daemon>_<unix secs>` (liveness.md).
+pub fn daemon_livelock(livelock_dir: &Path, daemon: &str) -> io::Result<Livelock> {
+    let started = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_secs())
+        .unwrap_or(0);
+    Livelock::create(
+        livelock_dir,
+        &liveness::daemon_livelock_name(daemon, started),
+    )
+}
+
+/// Binds the daemon's socket at `path`, mode 0660. A socket already there
+/// is stale (the caller holds the daemon's instance lock) and replaced;
+/// anything else there is an error.
+pub fn bind_socket(path: &Path) -> io::Result<UnixListener> {
+    if let Ok(metadata) = fs::symlink_metadata(path)
+        && metadata.file_type().is_socket()
+    {
+        fs::remove_file(path)?;
+    }
+    // Created 0660 (the umask decides a new socket's mode), so it is never
+    // reachable with a wider mode, not even for an instant.
+    let umask = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o117));
+    let bound = UnixListener::bind(path);
+    nix::sys::stat::umask(umask);
+    let listener = bound?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o660))?;
+    Ok(listener)
+}
+
+/// Gives a directory (or the socket) to the socket group with `mode`.
+pub fn share_with_group(path: &Path, gid: u32, mode: u32) -> io::Result<()> {
+    std::os::unix::fs::chown(path, None, Some(gid))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+}
+
+/// Who may connect (protocol.md "Security"): root, the daemon's own uid,
+/// and members of the socket group (by primary group or membership).
+pub struct Admission {
+    own_uid: u32,
+    group_gid: Option<u32>,
+}
+
+impl Admission {
+    pub fn new(group_gid: Option<u32>) -> Admission {
+        Admission {
+            own_uid: nix::unistd::geteuid().as_raw(),
+            group_gid,
+        }
+    }
+
+    /// The peer of a new connection and whether it is privileged (root or
+    /// the daemon's uid: it may act as any owner); `None` (logged) if it
+    /// may not connect at all.
+    pub fn admit(&self, stream: &UnixStream) -> Option<(PeerCredentials, bool)> {
+        let peer = match sys::peer_credentials(stream) {
+            Ok(peer) => peer,
+            Err(error) => {
+                tracing::warn!(%error, "cannot read the peer's credentials; closing");
+                return None;
+            }
+        };
+        let privileged = peer.uid == 0 || peer.uid == self.own_uid;
+        if !privileged && !self.in_socket_group(&peer) {
+            tracing::warn!(
+                pid = peer.pid,
+                uid = peer.uid,
+                gid = peer.gid,
+                "refused a connection from a user outside the allowed ones"
+            );
+            return None;
+        }
+        Some((peer, privileged))
+    }
+
+    fn in_socket_group(&self, peer: &PeerCredentials) -> bool {
+        let Some(gid) = self.group_gid else {
+            return false;
+        };
+        if peer.gid == gid {
+            return true;
+        }
+        let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(peer.uid));
+        let group = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid));
+        match (user, group) {
+            (Ok(Some(user)), Ok(Some(group))) => group.mem.contains(&user.name),
+            _ => false,
+        }
+    }
+}
+
+/// Writes as much of `output` to `stream` as it takes now and drops what
+/// was written. `Err`: the connection is broken.
+pub fn write_out(stream: &mut UnixStream, output: &mut Vec<u8>) -> io::Result<()> {
+    let mut written = 0;
+    let result = loop {
+        if written == output.len() {
+            break Ok(());
+        }
+        match stream.write(&output[written..]) {
+            Ok(0) => break Err(io::ErrorKind::WriteZero.into()),
+            Ok(count) => written += count,
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => break Ok(()),
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => break Err(error),
+        }
+    };
+    output.drain(..written);
+    result
+}
+
+/// Watches a connection for writability exactly while it has output left,
+/// so a slow reader never makes the loop spin. `registered` tracks what the
+/// poll was told.
+pub fn watch_writable(
+    registry: &Registry,
+    stream: &mut UnixStream,
+    token: Token,
+    registered: &mut bool,
+    want: bool,
+) -> io::Result<()> {
+    if want == *registered {
+        return Ok(());
+    }
+    let interest = if want {
+        Interest::READABLE | Interest::WRITABLE
+    } else {
+        Interest::READABLE
+    };
+    registry.reregister(stream, token, interest)?;
+    *registered = want;
+    Ok(())
+}
