@@ -51,7 +51,6 @@
 //! bench with an error (exit 1). A missed target is reported, not an error.
 
 use std::cell::Cell;
-use std::fmt::{self, Display};
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -68,6 +67,7 @@ use warden::bench::{
     Context as BenchContext, Measure, Report, Target, Unit, counted, grouped, percentile,
     print_mode, print_runs, print_summary,
 };
+use warden::bench::{Error, Result, WithContext as _, age, fail, file_system, log_tail, request};
 use warden::jobs::opcode::{OP_EXEC, OP_TEST_DELAY, with_submit_reason};
 use warden::jobs::{Job, JobId, LOG_MESSAGE, LogEntry, QueuedOpcode, Status, Timestamp};
 use warden::liveness::job_livelock_name;
@@ -1129,18 +1129,6 @@ impl Daemon {
     }
 }
 
-/// The end of a daemon's log, for an error message.
-fn log_tail(path: &Path) -> String {
-    const LINES: usize = 20;
-    match fs::read_to_string(path) {
-        Ok(text) => {
-            let lines: Vec<&str> = text.lines().collect();
-            lines[lines.len().saturating_sub(LINES)..].join("\n")
-        }
-        Err(error) => format!("(cannot read {}: {error})", path.display()),
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Client side of the protocol
 
@@ -1187,15 +1175,6 @@ impl Client {
         self.send(frame)?;
         self.receive()
     }
-}
-
-/// A request frame as Ganeti's client sends it: JSON, a newline, ETX.
-fn request(method: &str, args: &Value) -> Vec<u8> {
-    let mut frame = serde_json::to_vec(&json!({"method": method, "args": args}))
-        .expect("a JSON value always serializes");
-    frame.push(b'\n');
-    frame.push(ETX);
-    frame
 }
 
 /// `SubmitJob` of a job of one opcode.
@@ -1328,33 +1307,6 @@ fn short(value: &Value) -> String {
 // ---------------------------------------------------------------------------
 // Errors
 
-/// Why the bench stopped: a daemon misbehaved or the OS refused something.
-#[derive(Debug)]
-struct Error(String);
-
-type Result<T> = std::result::Result<T, Error>;
-
-impl Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-fn fail<T>(message: String) -> Result<T> {
-    Err(Error(message))
-}
-
-/// Says what was being done when an error happened.
-trait Context<T> {
-    fn context(self, what: impl FnOnce() -> String) -> Result<T>;
-}
-
-impl<T, E: Display> Context<T> for std::result::Result<T, E> {
-    fn context(self, what: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|error| Error(format!("{}: {error}", what())))
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Runs (measures and reports: warden::bench)
 
@@ -1471,31 +1423,4 @@ fn fsync_cost(dir: &Path) -> Result<f64> {
     fs::remove_file(&path).context(|| format!("cannot remove {}", path.display()))?;
     samples.sort_by(f64::total_cmp);
     Ok(percentile(&samples, 0.50))
-}
-
-/// How long ago a file was modified: a stale binary shows up here.
-fn age(path: &Path) -> String {
-    let modified = fs::metadata(path).and_then(|metadata| metadata.modified());
-    match modified.map(|modified| SystemTime::now().duration_since(modified)) {
-        Ok(Ok(age)) if age.as_secs() < 120 => format!("{} s ago", age.as_secs()),
-        Ok(Ok(age)) if age.as_secs() < 2 * 3600 => format!("{} min ago", age.as_secs() / 60),
-        Ok(Ok(age)) => format!("{} h ago", age.as_secs() / 3600),
-        _ => "at an unknown time".to_owned(),
-    }
-}
-
-/// The type and device of the file system holding `path` (its longest
-/// mount point in /proc/self/mounts): it decides what a sync costs.
-fn file_system(path: &Path) -> String {
-    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-    mounts
-        .lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let (device, point, kind) = (fields.next()?, fields.next()?, fields.next()?);
-            path.starts_with(point)
-                .then(|| (point.len(), format!("{kind} on {device}")))
-        })
-        .max_by_key(|(length, _)| *length)
-        .map_or_else(|| "unknown file system".to_owned(), |(_, text)| text)
 }

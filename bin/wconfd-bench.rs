@@ -36,7 +36,6 @@
 //! bench with an error (exit 1). A missed target is reported, not an error.
 
 use std::cell::Cell;
-use std::fmt::{self, Display};
 use std::fs::{self, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -45,7 +44,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
@@ -53,6 +52,7 @@ use warden::bench::{
     Context as BenchContext, Measure, Report, Target, Unit, counted, grouped, percentile,
     print_mode, print_runs, print_summary,
 };
+use warden::bench::{Error, Result, WithContext as _, age, fail, file_system, log_tail, request};
 use warden::liveness::Livelock;
 use warden::protocol::ETX;
 use warden::store::lock_state::JOURNAL_FILE;
@@ -1017,18 +1017,6 @@ impl Drop for Wconfd {
     }
 }
 
-/// The end of wconfd's log, for an error message.
-fn log_tail(path: &Path) -> String {
-    const LINES: usize = 20;
-    match fs::read_to_string(path) {
-        Ok(text) => {
-            let lines: Vec<&str> = text.lines().collect();
-            lines[lines.len().saturating_sub(LINES)..].join("\n")
-        }
-        Err(error) => format!("(cannot read {}: {error})", path.display()),
-    }
-}
-
 /// Checks that `listAllLocks` lists exactly `count` locks.
 fn expect_lock_count(wconfd: &Wconfd, count: usize) -> Result<()> {
     let mut client = wconfd.connect()?;
@@ -1191,15 +1179,6 @@ impl Client {
     }
 }
 
-/// A request frame as Ganeti's client sends it: JSON, a newline, ETX.
-fn request(method: &str, args: &Value) -> Vec<u8> {
-    let mut frame = serde_json::to_vec(&json!({"method": method, "args": args}))
-        .expect("a JSON value always serializes");
-    frame.push(b'\n');
-    frame.push(ETX);
-    frame
-}
-
 /// The result of a successful reply; an error reply is an error.
 fn result_of(reply: &[u8]) -> Result<Value> {
     let text = || String::from_utf8_lossy(reply).into_owned();
@@ -1255,33 +1234,6 @@ fn owner_wire(name: &str, livelock: &Path, pid: u32) -> Value {
 
 // ---------------------------------------------------------------------------
 // Errors
-
-/// Why the bench stopped: wconfd misbehaved or the OS refused something.
-#[derive(Debug)]
-struct Error(String);
-
-type Result<T> = std::result::Result<T, Error>;
-
-impl Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-fn fail<T>(message: String) -> Result<T> {
-    Err(Error(message))
-}
-
-/// Says what was being done when an error happened.
-trait Context<T> {
-    fn context(self, what: impl FnOnce() -> String) -> Result<T>;
-}
-
-impl<T, E: Display> Context<T> for std::result::Result<T, E> {
-    fn context(self, what: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|error| Error(format!("{}: {error}", what())))
-    }
-}
 
 // ---------------------------------------------------------------------------
 // Runs (measures and reports: warden::bench)
@@ -1385,31 +1337,4 @@ fn print_context(bench: &Bench) -> Result<()> {
     );
     print_mode(bench.quick, bench.runs);
     Ok(())
-}
-
-/// How long ago a file was modified: a stale wconfd shows up here.
-fn age(path: &Path) -> String {
-    let modified = fs::metadata(path).and_then(|metadata| metadata.modified());
-    match modified.map(|modified| SystemTime::now().duration_since(modified)) {
-        Ok(Ok(age)) if age.as_secs() < 120 => format!("{} s ago", age.as_secs()),
-        Ok(Ok(age)) if age.as_secs() < 2 * 3600 => format!("{} min ago", age.as_secs() / 60),
-        Ok(Ok(age)) => format!("{} h ago", age.as_secs() / 3600),
-        _ => "at an unknown time".to_owned(),
-    }
-}
-
-/// The type and device of the file system holding `path` (its longest
-/// mount point in /proc/self/mounts): it decides what a sync costs.
-fn file_system(path: &Path) -> String {
-    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-    mounts
-        .lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let (device, point, kind) = (fields.next()?, fields.next()?, fields.next()?);
-            path.starts_with(point)
-                .then(|| (point.len(), format!("{kind} on {device}")))
-        })
-        .max_by_key(|(length, _)| *length)
-        .map_or_else(|| "unknown file system".to_owned(), |(_, text)| text)
 }

@@ -7,8 +7,15 @@
 //! targets. [`Context`] is what a figure needs beside it to mean something
 //! later.
 
-use std::fmt::Write as _;
+use std::fmt::{self, Display, Write as _};
+use std::fs;
+use std::path::Path;
 use std::process::Command;
+use std::time::SystemTime;
+
+use serde_json::{Value, json};
+
+use crate::protocol::ETX;
 
 /// One figure of one run.
 pub struct Measure {
@@ -405,4 +412,82 @@ mod tests {
         assert_eq!(report.series[1].median(), 20.0);
         assert_eq!(report.series[1].target, Some(Target::AtMost(5.0)));
     }
+}
+
+// ---------------------------------------------------------------------------
+// What the benchmarks of the daemons share (wconfd-bench, luxid-bench)
+
+/// Why the bench stopped: a daemon misbehaved or the OS refused something.
+#[derive(Debug)]
+pub struct Error(pub String);
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+pub fn fail<T>(message: String) -> Result<T> {
+    Err(Error(message))
+}
+
+/// Says what was being done when an error happened.
+pub trait WithContext<T> {
+    fn context(self, what: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T, E: Display> WithContext<T> for std::result::Result<T, E> {
+    fn context(self, what: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|error| Error(format!("{}: {error}", what())))
+    }
+}
+
+/// The end of a daemon's log, for an error message.
+pub fn log_tail(path: &Path) -> String {
+    const LINES: usize = 20;
+    match fs::read_to_string(path) {
+        Ok(text) => {
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(LINES)..].join("\n")
+        }
+        Err(error) => format!("(cannot read {}: {error})", path.display()),
+    }
+}
+
+/// How long ago a file was modified: a stale binary shows up here.
+pub fn age(path: &Path) -> String {
+    let modified = fs::metadata(path).and_then(|metadata| metadata.modified());
+    match modified.map(|modified| SystemTime::now().duration_since(modified)) {
+        Ok(Ok(age)) if age.as_secs() < 120 => format!("{} s ago", age.as_secs()),
+        Ok(Ok(age)) if age.as_secs() < 2 * 3600 => format!("{} min ago", age.as_secs() / 60),
+        Ok(Ok(age)) => format!("{} h ago", age.as_secs() / 3600),
+        _ => "at an unknown time".to_owned(),
+    }
+}
+
+/// The type and device of the file system holding `path` (its longest
+/// mount point in /proc/self/mounts): it decides what a sync costs.
+pub fn file_system(path: &Path) -> String {
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    mounts
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (device, point, kind) = (fields.next()?, fields.next()?, fields.next()?);
+            path.starts_with(point)
+                .then(|| (point.len(), format!("{kind} on {device}")))
+        })
+        .max_by_key(|(length, _)| *length)
+        .map_or_else(|| "unknown file system".to_owned(), |(_, text)| text)
+}
+
+/// A request frame as Ganeti's client sends it: JSON, a newline, ETX.
+pub fn request(method: &str, args: &Value) -> Vec<u8> {
+    let mut frame = serde_json::to_vec(&json!({"method": method, "args": args}))
+        .expect("a JSON value always serializes");
+    frame.push(b'\n');
+    frame.push(ETX);
+    frame
 }
