@@ -115,6 +115,50 @@ impl Admission {
     }
 }
 
+/// What [`accept`] found on the listener.
+pub enum Accepted {
+    /// A peer that may talk to the daemon, and whether it is privileged.
+    Peer(UnixStream, PeerCredentials, bool),
+    /// A connection closed at once (logged): not allowed, or over the
+    /// limit of `open` connections.
+    Refused,
+    /// Nothing more to accept now.
+    Done,
+}
+
+/// Accepts the next connection waiting on `listener`, admitting it by
+/// credentials and against the limit of open connections.
+pub fn accept(
+    listener: &UnixListener,
+    admission: &Admission,
+    open: usize,
+    limit: usize,
+) -> Accepted {
+    let stream = loop {
+        match listener.accept() {
+            Ok((stream, _)) => break stream,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => return Accepted::Done,
+            Err(error) => {
+                tracing::warn!(%error, "accept failed");
+                return Accepted::Done;
+            }
+        }
+    };
+    let Some((peer, privileged)) = admission.admit(&stream) else {
+        return Accepted::Refused;
+    };
+    if open >= limit {
+        tracing::warn!(
+            pid = peer.pid,
+            limit,
+            "refused a connection: too many connections"
+        );
+        return Accepted::Refused;
+    }
+    Accepted::Peer(stream, peer, privileged)
+}
+
 /// Writes as much of `output` to `stream` as it takes now and drops what
 /// was written. `Err`: the connection is broken.
 pub fn write_out(stream: &mut UnixStream, output: &mut Vec<u8>) -> io::Result<()> {

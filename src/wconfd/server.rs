@@ -360,26 +360,16 @@ impl Server {
             let Some(listener) = self.listener.as_ref() else {
                 return;
             };
-            let (mut stream, _) = match listener.accept() {
-                Ok(accepted) => accepted,
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
-                Err(error) => {
-                    tracing::warn!(%error, "accept failed");
-                    return;
-                }
+            let (mut stream, peer, privileged) = match daemon::accept(
+                listener,
+                &self.admission,
+                self.connections.len(),
+                self.settings.wconfd.connections_max,
+            ) {
+                daemon::Accepted::Peer(stream, peer, privileged) => (stream, peer, privileged),
+                daemon::Accepted::Refused => continue,
+                daemon::Accepted::Done => return,
             };
-            let Some((peer, privileged)) = self.admission.admit(&stream) else {
-                continue;
-            };
-            if self.connections.len() >= self.settings.wconfd.connections_max {
-                tracing::warn!(
-                    pid = peer.pid,
-                    limit = self.settings.wconfd.connections_max,
-                    "refused a connection: too many connections"
-                );
-                continue;
-            }
             let token = Token(self.next_token);
             self.next_token += 1;
             if let Err(error) =
