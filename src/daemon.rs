@@ -12,6 +12,7 @@ use mio::net::{UnixListener, UnixStream};
 use mio::{Interest, Registry, Token};
 
 use crate::liveness::{self, Livelock};
+use crate::protocol::{WireError, encode_failure};
 use crate::sys::{self, PeerCredentials};
 
 /// Creates a directory with `mode` unless it exists.
@@ -154,6 +155,17 @@ pub fn accept(
             limit,
             "refused a connection: too many connections"
         );
+        // Said once before closing, so the client knows why (best effort:
+        // a new socket's buffer takes it without blocking).
+        let mut refusal = Vec::new();
+        encode_failure(
+            &WireError::generic(format!(
+                "too many connections (the limit is {limit}); try again later"
+            )),
+            &mut refusal,
+        );
+        let mut stream = stream;
+        let _ = stream.write(&refusal);
         return Accepted::Refused;
     }
     Accepted::Peer(stream, peer, privileged)

@@ -983,6 +983,18 @@ fn connections_over_the_limit_are_closed() {
     let _second = served();
     let mut third = cluster.client();
     let _ = third.send("QueryJobs", json!([null, ["id"]]));
+    let (class, args) = third
+        .read_response()
+        .expect("the refusal")
+        .expect_err("an error, not an answer");
+    assert_eq!(class, "GenericError");
+    assert!(
+        args[0]
+            .as_str()
+            .unwrap_or_default()
+            .contains("too many connections"),
+        "{args}"
+    );
     assert!(third.closed_by_daemon(), "a third connection was served");
     drop(first);
     wait_until("a freed slot serves again", DEADLINE, || {

@@ -712,6 +712,15 @@ fn more_connections_than_the_limit_are_closed_and_the_others_served() {
     });
     let mut extra = fixture.wconfd.client();
     let _ = extra.send("echo", json!(["extra"]));
+    let (class, args) = extra
+        .read_response()
+        .expect("the refusal")
+        .expect_err("an error, not an answer");
+    assert_eq!(class, "GenericError");
+    assert!(
+        crate::daemon::message(&args).contains("too many connections"),
+        "{args}"
+    );
     assert!(extra.closed_by_daemon(), "the extra connection was served");
     assert!(
         fixture.wconfd.log().contains("too many connections"),
