@@ -83,11 +83,126 @@ impl Root {
     }
 }
 
+/// A daemon binary (wconfd or luxid) running on a root, its stderr in a
+/// log file under the root; killed when dropped.
+pub struct DaemonProcess {
+    name: &'static str,
+    child: Option<Child>,
+    log_path: PathBuf,
+}
+
+impl DaemonProcess {
+    /// Starts `binary` (named `name` in messages) on `root` and waits until
+    /// a connection to `socket` reaches *this* process; if it exits first,
+    /// answers its exit status and log.
+    pub fn start(
+        name: &'static str,
+        binary: &str,
+        root: &Root,
+        socket: &Path,
+    ) -> Result<DaemonProcess, (ExitStatus, String)> {
+        let log_path = root.path().join(format!("{name}.{}.log", next_serial()));
+        let log = File::create(&log_path).expect("create the log file");
+        let child = Command::new(binary)
+            .arg("--root")
+            .arg(root.path())
+            .env("WARDEN_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|error| panic!("spawn {name}: {error}"));
+        let mut daemon = DaemonProcess {
+            name,
+            child: Some(child),
+            log_path,
+        };
+        let pid = daemon.pid();
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if let Some(status) = daemon.child_mut().try_wait().expect("try_wait") {
+                daemon.child = None;
+                return Err((status, daemon.log()));
+            }
+            // A connect may reach an older daemon still running on the
+            // root; only one answered by this process counts.
+            if let Ok(stream) = UnixStream::connect(socket)
+                && warden::sys::peer_credentials(&stream).is_ok_and(|peer| peer.pid == pid)
+            {
+                return Ok(daemon);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} not ready within {DEADLINE:?}:\n{}",
+                daemon.log()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn child_mut(&mut self) -> &mut Child {
+        let name = self.name;
+        self.child
+            .as_mut()
+            .unwrap_or_else(|| panic!("{name} is running"))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child
+            .as_ref()
+            .unwrap_or_else(|| panic!("{} is running", self.name))
+            .id()
+    }
+
+    /// What this run of the daemon wrote to stderr so far.
+    pub fn log(&self) -> String {
+        String::from_utf8_lossy(&fs::read(&self.log_path).unwrap_or_default()).into_owned()
+    }
+
+    /// SIGKILL, and reap it.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().expect("SIGKILL the daemon");
+            child.wait().expect("reap the daemon");
+        }
+    }
+
+    /// SIGTERM; it must exit with status 0 within the deadline.
+    pub fn stop(&mut self) {
+        let pid = self.pid();
+        kill(Pid::from_raw(pid as i32), Signal::SIGTERM).expect("SIGTERM the daemon");
+        let status = wait_for_exit(self.child_mut(), DEADLINE);
+        self.child = None;
+        assert!(
+            status.success(),
+            "{} stopped with {status}:\n{}",
+            self.name,
+            self.log()
+        );
+    }
+
+    /// Whether the process is still running (not exited).
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => child.try_wait().expect("try_wait").is_none(),
+            None => false,
+        }
+    }
+}
+
+impl Drop for DaemonProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// A running (or stopped) wconfd on a root; killed when dropped.
 pub struct Wconfd {
     root: Root,
-    child: Option<Child>,
-    log_path: PathBuf,
+    process: DaemonProcess,
 }
 
 impl Wconfd {
@@ -111,54 +226,19 @@ impl Wconfd {
         }
     }
 
-    /// Starts wconfd on `root` and waits until a connection reaches *this*
-    /// process; if it exits first, answers its exit status and log.
+    /// Starts wconfd on `root` and waits until it serves; if it exits
+    /// first, answers its exit status and log.
     pub fn try_start_on(root: &Root) -> Result<Wconfd, (ExitStatus, String)> {
-        let log_path = root.path().join(format!("wconfd.{}.log", next_serial()));
-        let log = File::create(&log_path).expect("create the log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_wconfd"))
-            .arg("--root")
-            .arg(root.path())
-            .env("WARDEN_LOG", "debug")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn wconfd");
-        let mut wconfd = Wconfd {
+        let process =
+            DaemonProcess::start("wconfd", env!("CARGO_BIN_EXE_wconfd"), root, &root.socket())?;
+        Ok(Wconfd {
             root: root.clone(),
-            child: Some(child),
-            log_path,
-        };
-        let pid = wconfd.pid();
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            if let Some(status) = wconfd.child_mut().try_wait().expect("try_wait") {
-                wconfd.child = None;
-                return Err((status, wconfd.log()));
-            }
-            // A connect may reach an older daemon still running on the
-            // root; only one answered by this process counts.
-            if let Ok(stream) = UnixStream::connect(root.socket())
-                && warden::sys::peer_credentials(&stream).is_ok_and(|peer| peer.pid == pid)
-            {
-                return Ok(wconfd);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "wconfd not ready within {DEADLINE:?}:\n{}",
-                wconfd.log()
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    fn child_mut(&mut self) -> &mut Child {
-        self.child.as_mut().expect("wconfd is running")
+            process,
+        })
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("wconfd is running").id()
+        self.process.pid()
     }
 
     pub fn root(&self) -> &Root {
@@ -171,7 +251,7 @@ impl Wconfd {
 
     /// What this run of wconfd wrote to stderr so far.
     pub fn log(&self) -> String {
-        String::from_utf8_lossy(&fs::read(&self.log_path).unwrap_or_default()).into_owned()
+        self.process.log()
     }
 
     pub fn client(&self) -> Client {
@@ -180,23 +260,12 @@ impl Wconfd {
 
     /// SIGKILL, and reap it.
     pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().expect("SIGKILL wconfd");
-            child.wait().expect("reap wconfd");
-        }
+        self.process.kill9();
     }
 
     /// SIGTERM; it must exit with status 0 within the deadline.
     pub fn stop(&mut self) {
-        let pid = self.pid();
-        kill(Pid::from_raw(pid as i32), Signal::SIGTERM).expect("SIGTERM wconfd");
-        let status = wait_for_exit(self.child_mut(), DEADLINE);
-        self.child = None;
-        assert!(
-            status.success(),
-            "wconfd stopped with {status}:\n{}",
-            self.log()
-        );
+        self.process.stop();
     }
 
     /// How many descriptors the daemon has open (connections among them).
@@ -231,19 +300,7 @@ impl Wconfd {
 
     /// Whether the process is still running (not exited).
     pub fn is_running(&mut self) -> bool {
-        match self.child.as_mut() {
-            Some(child) => child.try_wait().expect("try_wait").is_none(),
-            None => false,
-        }
-    }
-}
-
-impl Drop for Wconfd {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.is_running()
     }
 }
 

@@ -5,17 +5,17 @@
 //! [`Cluster`] is a temp root with both daemons; jobs are real `job-runner`
 //! processes running `OP_EXEC` programs and `OP_TEST_DELAY`s.
 
-use std::fs::{self, File};
+use std::fs;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-use crate::daemon::{Client, DEADLINE, Root, Wconfd, timing_guard, wait_for_exit, wait_until};
+use crate::daemon::{Client, DEADLINE, DaemonProcess, Root, Wconfd, timing_guard, wait_until};
 
 /// liveness.md: a runner killed with SIGKILL has its job marked `error` and
 /// its locks free within this (the test also counts its own polling).
@@ -23,8 +23,7 @@ const DEATH_TO_FREE_MAX: Duration = Duration::from_millis(50);
 
 /// A running (or stopped) luxid on a root; killed when dropped.
 pub struct Luxid {
-    child: Option<Child>,
-    log_path: PathBuf,
+    process: DaemonProcess,
 }
 
 impl Luxid {
@@ -39,81 +38,32 @@ impl Luxid {
         }
     }
 
-    /// Starts luxid on `root` and waits until a connection reaches *this*
-    /// process; if it exits first, answers its exit status and log.
+    /// Starts luxid on `root` and waits until it serves; if it exits first,
+    /// answers its exit status and log.
     pub fn try_start_on(root: &Root) -> Result<Luxid, (ExitStatus, String)> {
-        static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let log_path = root.path().join(format!("luxid.{serial}.log"));
-        let log = File::create(&log_path).expect("create the log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_luxid"))
-            .arg("--root")
-            .arg(root.path())
-            .env("WARDEN_LOG", "debug")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn luxid");
-        let mut luxid = Luxid {
-            child: Some(child),
-            log_path,
-        };
-        let pid = luxid.pid();
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            if let Some(status) = luxid.child.as_mut().unwrap().try_wait().unwrap() {
-                luxid.child = None;
-                return Err((status, luxid.log()));
-            }
-            if let Ok(stream) = UnixStream::connect(Luxid::socket(root))
-                && warden::sys::peer_credentials(&stream).is_ok_and(|peer| peer.pid == pid)
-            {
-                return Ok(luxid);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "luxid not ready within {DEADLINE:?}:\n{}",
-                luxid.log()
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let process = DaemonProcess::start(
+            "luxid",
+            env!("CARGO_BIN_EXE_luxid"),
+            root,
+            &Luxid::socket(root),
+        )?;
+        Ok(Luxid { process })
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("luxid is running").id()
+        self.process.pid()
     }
 
     pub fn log(&self) -> String {
-        String::from_utf8_lossy(&fs::read(&self.log_path).unwrap_or_default()).into_owned()
+        self.process.log()
     }
 
     pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().expect("SIGKILL luxid");
-            child.wait().expect("reap luxid");
-        }
+        self.process.kill9();
     }
 
     pub fn stop(&mut self) {
-        let pid = self.pid();
-        kill(Pid::from_raw(pid as i32), Signal::SIGTERM).expect("SIGTERM luxid");
-        let status = wait_for_exit(self.child.as_mut().unwrap(), DEADLINE);
-        self.child = None;
-        assert!(
-            status.success(),
-            "luxid stopped with {status}:\n{}",
-            self.log()
-        );
-    }
-}
-
-impl Drop for Luxid {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.stop();
     }
 }
 
