@@ -19,12 +19,5 @@ struct Options {
 fn main() -> ExitCode {
     let options = Options::parse();
     warden::logging::init();
-    match warden::luxid::run(&options.root) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!("luxid: {error}");
-            eprintln!("luxid: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    warden::daemon::exit_code("luxid", warden::luxid::run(&options.root))
 }

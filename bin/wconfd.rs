@@ -18,12 +18,5 @@ struct Options {
 fn main() -> ExitCode {
     let options = Options::parse();
     warden::logging::init();
-    match warden::wconfd::run(&options.root) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!("wconfd: {error}");
-            eprintln!("wconfd: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    warden::daemon::exit_code("wconfd", warden::wconfd::run(&options.root))
 }

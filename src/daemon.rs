@@ -171,6 +171,49 @@ pub fn accept(
     Accepted::Peer(stream, peer, privileged)
 }
 
+/// What a signal asks of a daemon (spec README: SIGTERM and SIGINT stop
+/// it cleanly, SIGUSR2 dumps its state to the log).
+pub enum Asked {
+    Stop,
+    Dump,
+}
+
+/// The requests of the signals that arrived; others are logged and
+/// ignored.
+pub fn asked(signals: &mut signal_hook_mio::v1_0::Signals) -> Vec<Asked> {
+    use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR2};
+    signals
+        .pending()
+        .filter_map(|signal| match signal {
+            SIGTERM | SIGINT => {
+                tracing::info!(signal, "asked to stop");
+                Some(Asked::Stop)
+            }
+            SIGUSR2 => Some(Asked::Dump),
+            _ => {
+                tracing::debug!(signal, "ignored a signal");
+                None
+            }
+        })
+        .collect()
+}
+
+/// The exit of a daemon's binary: its error, if any, on stderr and in the
+/// log.
+pub fn exit_code(
+    name: &str,
+    outcome: Result<(), impl std::fmt::Display>,
+) -> std::process::ExitCode {
+    match outcome {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("{name}: {error}");
+            eprintln!("{name}: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// Writes as much of `output` to `stream` as it takes now and drops what
 /// was written. `Err`: the connection is broken.
 pub fn write_out(stream: &mut UnixStream, output: &mut Vec<u8>) -> io::Result<()> {

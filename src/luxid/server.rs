@@ -1578,15 +1578,10 @@ impl Server {
     // ----- signals -----
 
     fn handle_signals(&mut self) {
-        let signals: Vec<i32> = self.signals.pending().collect();
-        for signal in signals {
-            match signal {
-                SIGTERM | SIGINT => {
-                    tracing::info!(signal, "asked to stop");
-                    self.stopping = true;
-                }
-                SIGUSR2 => self.dump(),
-                _ => tracing::debug!(signal, "ignored a signal"),
+        for asked in daemon::asked(&mut self.signals) {
+            match asked {
+                daemon::Asked::Stop => self.stopping = true,
+                daemon::Asked::Dump => self.dump(),
             }
         }
     }
