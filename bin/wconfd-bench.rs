@@ -17,7 +17,10 @@
 //!   same run, so wconfd's figure can be read as a share of it.
 //! - `latency`: one client's round trips of the same RPCs, p50 and p99, next
 //!   to the cost of one small append + `fdatasync` on the same file system
-//!   (wconfd answers a change only once it is durable).
+//!   and to the cost of one journal write as wconfd makes it there (one
+//!   block with `O_DIRECT | O_DSYNC` into a zero-filled file where the file
+//!   system offers direct I/O, else an overwrite + `fdatasync`): wconfd
+//!   answers a change only once it is durable.
 //! - `scale`: the 16-client loop on an empty table and with 100,000 node
 //!   locks held by 10,000 owners; then the time from spawn to the first
 //!   `echo` reply of a restarted wconfd holding that table, after SIGTERM
@@ -55,7 +58,7 @@ use warden::bench::{
 use warden::bench::{Error, Result, WithContext as _, age, fail, file_system, log_tail, request};
 use warden::liveness::Livelock;
 use warden::protocol::ETX;
-use warden::store::lock_state::JOURNAL_FILE;
+use warden::store::lock_state::{JOURNAL_FILE, JOURNAL_HEADER_BYTES, RECORD_HEADER_BYTES};
 use warden::wconfd::{LIVELOCK_DIR, SOCKET_PATH};
 
 const USAGE: &str = "\
@@ -521,15 +524,81 @@ fn latency(bench: &Bench) -> Result<Vec<Measure>> {
     wconfd.stop()?;
     // Measured while wconfd is down, on the same file system as its journal.
     let fsync = fsync_cost(&wconfd.dir, sizes.fsyncs_max, sizes.fsync_time_max)?;
+    let journal_write = journal_write_cost(&wconfd.dir, sizes.fsyncs_max, sizes.fsync_time_max)?;
     rtts.sort_by(f64::total_cmp);
     let p50 = percentile(&rtts, 0.50);
     Ok(vec![
         Measure::new("p50 round trip", Unit::Seconds, p50),
         Measure::new("p99 round trip", Unit::Seconds, percentile(&rtts, 0.99)),
         Measure::new("fsync (100 B append + fdatasync)", Unit::Seconds, fsync),
-        Measure::new("p50 round trip - fsync", Unit::Seconds, p50 - fsync)
-            .with_target(Target::AtMost(LATENCY_OVER_FSYNC_SECONDS_MAX)),
+        Measure::new("p50 round trip - fsync", Unit::Seconds, p50 - fsync),
+        Measure::new(
+            "journal write (as wconfd writes)",
+            Unit::Seconds,
+            journal_write,
+        ),
+        Measure::new(
+            "p50 round trip - journal write",
+            Unit::Seconds,
+            p50 - journal_write,
+        )
+        .with_target(Target::AtMost(LATENCY_OVER_FSYNC_SECONDS_MAX)),
     ])
+}
+
+/// Median seconds of one durable journal write the way wconfd makes it in
+/// `dir`: one aligned block with `O_DIRECT | O_DSYNC` into a zero-filled
+/// file where the file system offers direct I/O, else an overwrite of
+/// zero-filled space plus `fdatasync`. This is the floor under a reply
+/// that reveals a change.
+fn journal_write_cost(dir: &Path, count_max: usize, time_max: Duration) -> Result<f64> {
+    const FILE_BYTES: usize = 1024 * 1024;
+    let path = dir.join("journal-probe");
+    let cannot = |what: &'static str| {
+        let path = path.clone();
+        move || format!("cannot {what} {}", path.display())
+    };
+    fs::write(&path, vec![0u8; FILE_BYTES]).context(cannot("write"))?;
+    let plain = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .context(cannot("open"))?;
+    plain.sync_all().context(cannot("sync"))?;
+    let alignment = warden::sys::direct_io_alignment(&plain)
+        .ok()
+        .flatten()
+        .filter(|alignment| *alignment <= 4096);
+    let (file, block) = match alignment {
+        Some(alignment) => (
+            warden::sys::open_direct_dsync(&path).context(cannot("open with O_DIRECT"))?,
+            alignment,
+        ),
+        None => (plain, FSYNC_RECORD_BYTES),
+    };
+    // An aligned block of record-like bytes.
+    let mut storage = vec![b'x'; 2 * 4096];
+    let offset = storage.as_ptr().align_offset(4096);
+    let record = &mut storage[offset..offset + block];
+    let mut samples = Vec::with_capacity(count_max);
+    let started = Instant::now();
+    let mut at = 0;
+    while samples.len() < count_max && (samples.is_empty() || started.elapsed() < time_max) {
+        let written = Instant::now();
+        std::os::unix::fs::FileExt::write_all_at(&file, record, at as u64)
+            .and_then(|()| match alignment {
+                Some(_) => Ok(()),
+                None => file.sync_data(),
+            })
+            .context(cannot("write to"))?;
+        samples.push(written.elapsed().as_secs_f64());
+        at = (at + block) % FILE_BYTES;
+        record[0] = record[0].wrapping_add(1);
+    }
+    drop(file);
+    fs::remove_file(&path).context(cannot("remove"))?;
+    samples.sort_by(f64::total_cmp);
+    Ok(percentile(&samples, 0.50))
 }
 
 /// Median seconds to append a small record to a file in `dir` and
@@ -577,10 +646,7 @@ fn scale(bench: &Bench) -> Result<Vec<Measure>> {
     // The table must come back whole: its owners' livelocks are alive.
     wconfd.stop()?;
     // Both restarts replay this journal: their cost grows with it.
-    let journal = wconfd.root.join(JOURNAL_FILE);
-    let journal_bytes = fs::metadata(&journal)
-        .context(|| format!("cannot read the size of {}", journal.display()))?
-        .len();
+    let journal_bytes = journal_round_bytes(&wconfd.root.join(JOURNAL_FILE))?;
     let after_stop = wconfd.spawn()?;
     expect_lock_count(&wconfd, locks).context(|| "after a restart".to_owned())?;
     wconfd.kill()?;
@@ -622,7 +688,7 @@ fn scale(bench: &Bench) -> Result<Vec<Measure>> {
         )
         .with_target(restart),
         Measure::new(
-            "journal replayed by each restart",
+            "journal read by each restart",
             Unit::Bytes,
             journal_bytes as f64,
         ),
@@ -653,6 +719,31 @@ fn fill_table(wconfd: &Wconfd, sizes: &Sizes) -> Result<Vec<BenchOwner>> {
         }
     }
     Ok(owners)
+}
+
+/// Bytes of the records of the journal's current round, which a restart
+/// reads (the file is zero-filled ahead of them, so its size says little):
+/// records from the header on while their sequence numbers follow.
+fn journal_round_bytes(path: &Path) -> Result<u64> {
+    let bytes = fs::read(path).context(|| format!("cannot read {}", path.display()))?;
+    let field = |at: usize, width: usize| -> u64 {
+        bytes[at..at + width]
+            .iter()
+            .rev()
+            .fold(0, |value, byte| value << 8 | u64::from(*byte))
+    };
+    let mut at = JOURNAL_HEADER_BYTES;
+    let mut previous: Option<u64> = None;
+    while at + RECORD_HEADER_BYTES <= bytes.len() {
+        let length = field(at + 4, 4) as usize;
+        let seq = field(at + 8, 8);
+        if length == 0 || previous.is_some_and(|last| seq != last + 1) {
+            break;
+        }
+        previous = Some(seq);
+        at += RECORD_HEADER_BYTES + length;
+    }
+    Ok((at.min(bytes.len()) - JOURNAL_HEADER_BYTES) as u64)
 }
 
 // ---------------------------------------------------------------------------
@@ -1282,7 +1373,9 @@ fn describe(scenario: Scenario, sizes: &Sizes) -> String {
         Scenario::Latency => format!(
             "one client, round trips of the same acquire/release (at most {} or {});\n   \
              fsync = median of {FSYNC_RECORD_BYTES} B append + fdatasync in the root's \
-             file system (at most {} or {})",
+             file system (at most {} or {});\n   journal write = median of one block \
+             written with O_DIRECT | O_DSYNC into a zero-filled file there (or an \
+             overwrite + fdatasync without direct I/O)",
             grouped(sizes.latency_rtts_max as u64),
             Unit::Seconds.format(sizes.latency_time_max.as_secs_f64()),
             grouped(sizes.fsyncs_max as u64),

@@ -1,7 +1,10 @@
 //! The one place for raw OS calls: each function here wraps a single call
 //! that std does not offer, says why warden needs it, and turns its failure
 //! into an `io::Error` value. Everything is done through the safe wrappers of
-//! `nix` and `rustix`; this module contains no `unsafe`.
+//! `nix` and `rustix`; this module contains no `unsafe` (the one socket
+//! option nix does not name, `SO_PEEK_OFF`, is defined with nix's own
+//! `sockopt_impl!`, whose expansion makes the `setsockopt` call the way
+//! nix's named options do).
 //!
 //! Callers elsewhere use std for everything std can do (files, flock through
 //! `File::try_lock`, metadata); only what is missing from std lives here.
@@ -13,7 +16,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use nix::libc;
 use nix::sys::signal::Signal;
-use nix::sys::socket::{getsockopt, sockopt};
+use nix::sys::socket::{MsgFlags, getsockopt, setsockopt, sockopt};
 use nix::unistd::Pid;
 
 /// Who is at the other end of a connected Unix socket, as the kernel recorded
@@ -159,6 +162,86 @@ pub fn set_close_on_exec<F: AsFd>(fd: &F, close_on_exec: bool) -> io::Result<()>
 pub fn close_on_exec<F: AsFd>(fd: &F) -> io::Result<bool> {
     let current = fcntl(fd, FcntlArg::F_GETFD)?;
     Ok(FdFlag::from_bits_retain(current).contains(FdFlag::FD_CLOEXEC))
+}
+
+/// The alignment direct I/O (`O_DIRECT`) needs for file offsets, lengths
+/// and memory on the file system holding `file`, if it offers direct I/O
+/// (`statx(2)` with `STATX_DIOALIGN`, Linux 6.1 and later).
+///
+/// Why: wconfd writes its lock journal with `O_DIRECT | O_DSYNC` in aligned
+/// blocks where the file system supports it; std has no `statx`. `None`
+/// means the file system does not say it supports direct I/O (tmpfs, or a
+/// kernel before 6.1): the journal is then written through the page cache.
+pub fn direct_io_alignment(file: &File) -> io::Result<Option<usize>> {
+    use rustix::fs::{AtFlags, StatxFlags, statx};
+    let stat = statx(file, "", AtFlags::EMPTY_PATH, StatxFlags::DIOALIGN)?;
+    if !StatxFlags::from_bits_retain(stat.stx_mask).contains(StatxFlags::DIOALIGN)
+        || stat.stx_dio_offset_align == 0
+    {
+        return Ok(None);
+    }
+    let alignment = stat.stx_dio_offset_align.max(stat.stx_dio_mem_align);
+    Ok(Some(alignment as usize))
+}
+
+// nix's own macro for a socket option it does not name yet: the same
+// code as nix's named options, with an integer value.
+use nix::{setsockopt_impl, sockopt_impl};
+sockopt_impl!(
+    /// `SO_PEEK_OFF`: where the next `MSG_PEEK` read of a socket starts.
+    PeekOffset,
+    SetOnly,
+    libc::SOL_SOCKET,
+    libc::SO_PEEK_OFF,
+    libc::c_int
+);
+
+/// Makes `MSG_PEEK` reads of a socket advance (`SO_PEEK_OFF`, starting at
+/// 0): each [`peek`] returns the bytes after the ones peeked before, and
+/// an ordinary read (which consumes) moves the peek offset back by what it
+/// took.
+///
+/// Why: wconfd reads a request without consuming it and consumes it only
+/// once the reply is written. Consuming bytes from a Unix socket wakes the
+/// writer's wait queue, which is also where the client sleeps waiting for
+/// the reply; consuming after the reply merges that wake-up with the one
+/// of the reply (design/PERFORMANCE.md). std offers neither the option
+/// nor `MSG_PEEK` on Unix streams.
+pub fn enable_peek_offset<F: AsFd>(socket: &F) -> io::Result<()> {
+    setsockopt(socket, PeekOffset, &0)?;
+    Ok(())
+}
+
+/// Reads what a socket holds after the peek offset without consuming it
+/// (`recv(2)` with `MSG_PEEK | MSG_DONTWAIT`); see [`enable_peek_offset`].
+/// 0 means the peer shut down its end and everything it sent was peeked.
+pub fn peek<F: AsFd>(socket: &F, buffer: &mut [u8]) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let read = nix::sys::socket::recv(
+        socket.as_fd().as_raw_fd(),
+        buffer,
+        MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
+    )?;
+    Ok(read)
+}
+
+/// Opens an existing file for reading and for writing with `O_DIRECT |
+/// O_DSYNC`: each write goes to the device, bypassing the page cache, and
+/// returns once it is durable (with the metadata needed to read it back).
+///
+/// Why: a write of one aligned block into an already written (zero-filled)
+/// file this way costs about half of a page-cache write plus `fdatasync`
+/// on the machines warden was measured on (design/PERFORMANCE.md); std can
+/// pass the flags, but only this module names raw OS flags. Writes through
+/// the handle must be aligned as [`direct_io_alignment`] says; a file
+/// system without direct I/O refuses the open with `EINVAL`.
+pub fn open_direct_dsync(path: &std::path::Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
+        .open(path)
 }
 
 fn positive_pid(pid: u32) -> io::Result<Pid> {
@@ -360,6 +443,35 @@ mod tests {
         assert!(!close_on_exec(&file).unwrap());
         set_close_on_exec(&file, true).unwrap();
         assert!(close_on_exec(&file).unwrap());
+    }
+
+    #[test]
+    fn peeks_advance_and_reads_consume_what_was_peeked() {
+        use std::io::{Read, Write};
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        b.set_nonblocking(true).unwrap();
+        enable_peek_offset(&b).unwrap();
+        a.write_all(b"abcdef").unwrap();
+        let mut buffer = [0u8; 3];
+        assert_eq!(peek(&b, &mut buffer).unwrap(), 3);
+        assert_eq!(&buffer, b"abc");
+        assert_eq!(peek(&b, &mut buffer).unwrap(), 3);
+        assert_eq!(&buffer, b"def");
+        let error = peek(&b, &mut buffer).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::WouldBlock, "all peeked");
+        // Consuming takes from the front; later bytes are peeked next.
+        let mut taken = [0u8; 4];
+        assert_eq!(b.read(&mut taken).unwrap(), 4);
+        assert_eq!(&taken, b"abcd");
+        a.write_all(b"gh").unwrap();
+        assert_eq!(peek(&b, &mut buffer).unwrap(), 2);
+        assert_eq!(&buffer[..2], b"gh");
+        // After the peer is gone, a peek past everything says end of input.
+        drop(a);
+        assert_eq!(peek(&b, &mut buffer).unwrap(), 0);
+        let mut rest = Vec::new();
+        b.read_to_end(&mut rest).unwrap();
+        assert_eq!(rest, b"efgh");
     }
 
     #[test]

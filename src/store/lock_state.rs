@@ -1,57 +1,139 @@
 //! The durable lock state: a snapshot (`locks.data`) plus a journal of the
 //! operations since (`locks.journal`).
 //!
-//! Each operation that changed the state is appended to the journal as one
-//! record, `[length u32 LE][crc32 u32 LE][JSON]`, carrying a sequence
-//! number; the records of one event-loop turn share one `sync_data` (group
-//! commit), so a request costs one small append, never a rewrite of the
-//! table. When the journal outgrows its limit, a new snapshot records the
-//! whole state with the last sequence number it contains, and the journal
-//! starts over. Loading reads the snapshot, then replays the records after
-//! its sequence number through the same [`LockManager::apply`] that
-//! answered them.
+//! Each operation that changed the state becomes one journal record; the
+//! records of one event-loop turn go to the disk in one write (group
+//! commit), so a request costs a small write, never a rewrite of the table.
+//! When the journal outgrows its limit, a new snapshot records the whole
+//! state with the last sequence number it contains, and the journal starts
+//! over from its beginning. Loading reads the snapshot, then replays the
+//! records after its sequence number through the same
+//! [`LockManager::apply`] that answered them.
 //!
-//! A crash can tear only the last record (it was never acknowledged: replies
-//! wait for the sync), so a short or checksum-failing record at the end is
-//! cut off. Anything else that does not read back is damage: loading stops
-//! with an error naming the file.
+//! The journal file (format version [`FORMAT_VERSION`]):
+//! - a header block of [`JOURNAL_HEADER_BYTES`]: magic, format version,
+//!   checksum;
+//! - records, back to back: `[crc32 u32][length u32][seq u64][first_seq
+//!   u64][JSON object]` (little endian; the checksum covers everything
+//!   after it). `seq` numbers the operations without gaps; `first_seq` is
+//!   the `seq` of the first record of the same write;
+//! - after the last record, zeros (at least one record header's worth):
+//!   the end. The file is zero-filled ahead of the records, grown
+//!   [`JOURNAL_GROWTH_BYTES`] at a time, and reused from its beginning
+//!   after each snapshot, so a write overwrites zeros or records of an
+//!   earlier round and never changes the file's size: a sync commits no
+//!   file system metadata.
+//!
+//! Where the file system offers direct I/O, the journal is written with
+//! `O_DIRECT | O_DSYNC` in blocks of its alignment (the block holding the
+//! end of the previous write is written again with the same bytes), one
+//! write per turn and no separate sync. Elsewhere (tmpfs, older kernels)
+//! the same bytes are written through the page cache and synced with
+//! `sync_data`. The format is the same either way.
+//!
+//! Reading: from the first record on, sequence numbers must follow each
+//! other (records already in the snapshot are skipped). The journal ends at
+//! the first record that does not read back, or at a record with a lower
+//! sequence number (left from an earlier round). A crash can only leave its
+//! last write unfinished, in any order of its blocks, and that write was
+//! never acknowledged (replies wait for it). So beyond the end, a whole
+//! record of the current round (sequence number above the last one read)
+//! must come from that same write, which `first_seq` tells: one written by
+//! a *later* write than the missing record means the journal was damaged
+//! after it was written, and loading stops with an error naming the file.
+//! Otherwise the pieces of the unfinished write are zeroed before anything
+//! new is written, so none of them can ever be read as part of the journal.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
-use super::{StoreError, atomic_write, crc32, sync_dir};
+use super::{StoreError, atomic_write, crc32};
 use crate::locks::{Level, LockManager, LockOp, Owner, SavedPending, SavedState};
 use crate::protocol::wconfd::{
     decode_entry, decode_lock, decode_lock_mode, decode_owner, encode_entry, encode_lock_modes,
     encode_locks, encode_owner,
 };
+use crate::sys;
 
 pub const SNAPSHOT_FILE: &str = "locks.data";
 pub const JOURNAL_FILE: &str = "locks.journal";
 
-/// Version of both files' format; a file of another version is refused.
-const FORMAT_VERSION: u64 = 1;
+/// Version of both files' format; a file of another version is refused
+/// (DECISIONS D28: no migration before the first release). Version 1 was
+/// a journal appended to and synced with `fdatasync`, sequence numbers in
+/// the JSON.
+pub const FORMAT_VERSION: u64 = 2;
 
-/// Bytes before each record's JSON: its length and its checksum.
-const RECORD_HEADER_BYTES: usize = 8;
+/// The journal's first bytes.
+const JOURNAL_MAGIC: &[u8; 8] = b"wardenLJ";
+
+/// The header block: the largest direct I/O alignment used, so writes of
+/// records never touch it.
+pub const JOURNAL_HEADER_BYTES: usize = 4096;
+
+/// Bytes before each record's JSON: checksum, length, `seq`, `first_seq`.
+pub const RECORD_HEADER_BYTES: usize = 24;
 
 /// Largest journal record accepted when reading; a longer length field is
-/// damage (requests are bounded far below this by the frame limit).
+/// not a record (requests are bounded far below this by the frame limit).
 const RECORD_BYTES_MAX: usize = 1 << 30;
+
+/// Zero-filled space added to the journal file at a time: a write that
+/// extends the file commits metadata too, so it is paid once per this
+/// many bytes of records, not per write; small enough that a new root
+/// costs little disk.
+pub const JOURNAL_GROWTH_BYTES: u64 = 1024 * 1024;
+
+/// How the journal reaches the disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JournalIo {
+    /// `O_DIRECT | O_DSYNC`, in writes aligned to `alignment` bytes.
+    Direct { alignment: usize },
+    /// Through the page cache, then `sync_data`: for file systems without
+    /// direct I/O.
+    Buffered,
+}
+
+impl std::fmt::Display for JournalIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JournalIo::Direct { alignment } => {
+                write!(
+                    f,
+                    "direct I/O (O_DIRECT | O_DSYNC, {alignment}-byte blocks)"
+                )
+            }
+            JournalIo::Buffered => write!(f, "buffered writes and fdatasync"),
+        }
+    }
+}
 
 pub struct LockStore {
     snapshot_path: PathBuf,
     journal_path: PathBuf,
+    /// Record writes: opened for direct I/O when `io` says so.
     journal: File,
-    /// Bytes of the journal written so far (the offset of the next record).
-    journal_bytes: u64,
+    /// The same file through the page cache, to grow it.
+    plain: File,
+    io: JournalIo,
+    /// File offset of the next record (the end of the journal).
+    end: u64,
+    /// Size of the journal file, zero-filled or older records beyond `end`.
+    file_bytes: u64,
+    /// The bytes of the journal from the block boundary at or before
+    /// `end` up to `end`, as on disk: direct I/O writes that block again.
+    tail: Vec<u8>,
     next_seq: u64,
     /// Records of the current turn, not yet written.
     unwritten: Vec<u8>,
+    /// The `seq` of the first record in `unwritten`.
+    unwritten_first_seq: u64,
+    /// Memory for aligned writes, reused.
+    buffer: Vec<u8>,
 }
 
 /// What loading found, for the log.
@@ -59,141 +141,193 @@ pub struct LockStore {
 pub struct LoadReport {
     pub snapshot_seq: u64,
     pub replayed: usize,
-    /// Bytes of a torn last record that were cut off.
+    /// Bytes of an unfinished last write that were zeroed (0: none).
     pub torn_bytes: u64,
 }
 
 impl LockStore {
     /// Opens (creating if needed) the lock state in `dir` and rebuilds the
-    /// manager from it.
+    /// manager from it; the journal is written with direct I/O where the
+    /// file system offers it.
     pub fn open(dir: &Path) -> Result<(LockStore, LockManager, LoadReport), StoreError> {
+        LockStore::open_with(dir, true)
+    }
+
+    /// As [`LockStore::open`]; with `direct_allowed` false the journal is
+    /// written through the page cache whatever the file system offers (the
+    /// path file systems without direct I/O take).
+    pub fn open_with(
+        dir: &Path,
+        direct_allowed: bool,
+    ) -> Result<(LockStore, LockManager, LoadReport), StoreError> {
         let snapshot_path = dir.join(SNAPSHOT_FILE);
         let journal_path = dir.join(JOURNAL_FILE);
         let (mut manager, snapshot_seq) = load_snapshot(&snapshot_path)?;
-        let journal_existed = journal_path.exists();
-        let journal = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&journal_path)
-            .map_err(StoreError::io(&journal_path))?;
-        if !journal_existed {
-            sync_dir(dir).map_err(StoreError::io(dir))?;
+        let fresh = match fs::metadata(&journal_path) {
+            Ok(metadata) => metadata.len() == 0,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => true,
+            Err(error) => return Err(StoreError::io(&journal_path)(error)),
+        };
+        if fresh {
+            // Created whole or not at all: a crash cannot leave a journal
+            // without its header.
+            let mut bytes = journal_header();
+            bytes.resize(JOURNAL_HEADER_BYTES + JOURNAL_GROWTH_BYTES as usize, 0);
+            atomic_write(&journal_path, &bytes).map_err(StoreError::io(&journal_path))?;
         }
         let bytes = fs::read(&journal_path).map_err(StoreError::io(&journal_path))?;
-        let mut report = LoadReport {
-            snapshot_seq,
-            ..LoadReport::default()
-        };
-        let mut last_seq = snapshot_seq;
-        let mut offset = 0usize;
-        while offset < bytes.len() {
-            let record = match read_record(&bytes[offset..]) {
-                RecordRead::Whole { payload, length } => {
-                    offset += length;
-                    payload
-                }
-                RecordRead::Torn => {
-                    report.torn_bytes = (bytes.len() - offset) as u64;
-                    journal
-                        .set_len(offset as u64)
-                        .and_then(|()| journal.sync_all())
-                        .map_err(StoreError::io(&journal_path))?;
-                    break;
-                }
-                RecordRead::Damaged(reason) => {
-                    return Err(StoreError::damaged(
-                        &journal_path,
-                        format!("record at byte {offset}: {reason}"),
-                    ));
-                }
-            };
-            let damaged = |reason: String| {
-                StoreError::damaged(&journal_path, format!("record at byte {offset}: {reason}"))
-            };
-            let (seq, op) = decode_record(record).map_err(damaged)?;
-            if seq <= snapshot_seq {
-                // Already in the snapshot: it was written after this record
-                // and the journal was not cut yet when the daemon stopped.
-                continue;
-            }
-            if seq != last_seq + 1 {
-                return Err(damaged(format!("sequence number {seq} follows {last_seq}")));
-            }
-            manager.apply(&op);
-            last_seq = seq;
-            report.replayed += 1;
-        }
-        let journal_bytes = journal
-            .metadata()
-            .map_err(StoreError::io(&journal_path))?
-            .len();
-        let store = LockStore {
+        check_journal_header(&bytes)
+            .map_err(|reason| StoreError::damaged(&journal_path, reason))?;
+        let replay = replay(&bytes, snapshot_seq, &mut manager)
+            .map_err(|reason| StoreError::damaged(&journal_path, reason))?;
+        let (journal, plain, io) =
+            open_journal(&journal_path, direct_allowed).map_err(StoreError::io(&journal_path))?;
+        let mut store = LockStore {
             snapshot_path,
             journal_path,
             journal,
-            journal_bytes,
-            next_seq: last_seq + 1,
+            plain,
+            io,
+            end: replay.end as u64,
+            file_bytes: bytes.len() as u64,
+            tail: Vec::new(),
+            next_seq: replay.last_seq + 1,
             unwritten: Vec::new(),
+            unwritten_first_seq: 0,
+            buffer: Vec::new(),
         };
+        store.tail = bytes[store.block_start(store.end) as usize..replay.end].to_vec();
+        let mut report = LoadReport {
+            snapshot_seq,
+            replayed: replay.replayed,
+            torn_bytes: 0,
+        };
+        if let Some(torn_end) = replay.torn_end {
+            // Zero what the unfinished write left, so that no piece of it
+            // can follow a record written from now on.
+            let torn_bytes = torn_end.min(bytes.len()) - replay.end;
+            store
+                .write_at_end(&[], torn_bytes)
+                .map_err(StoreError::io(&store.journal_path))?;
+            report.torn_bytes = torn_bytes as u64;
+        }
+        if replay.replayed == 0 {
+            // Everything read is in the snapshot: start the round over
+            // (records of this round follow it without a gap).
+            store.end = JOURNAL_HEADER_BYTES as u64;
+            store.tail.clear();
+        }
         Ok((store, manager, report))
     }
 
     /// Adds an operation that changed the state to the current turn.
     pub fn record(&mut self, op: &LockOp) {
-        let mut payload = encode_op(op);
-        payload.insert("seq".to_owned(), json!(self.next_seq));
-        self.next_seq += 1;
+        if self.unwritten.is_empty() {
+            self.unwritten_first_seq = self.next_seq;
+        }
         let payload =
-            serde_json::to_vec(&Value::Object(payload)).expect("JSON to a Vec cannot fail");
+            serde_json::to_vec(&Value::Object(encode_op(op))).expect("JSON to a Vec cannot fail");
         let length = u32::try_from(payload.len()).expect("a record is far below 4 GiB");
+        let start = self.unwritten.len();
+        self.unwritten.extend_from_slice(&[0; 4]);
         self.unwritten.extend_from_slice(&length.to_le_bytes());
         self.unwritten
-            .extend_from_slice(&crc32(&payload).to_le_bytes());
+            .extend_from_slice(&self.next_seq.to_le_bytes());
+        self.unwritten
+            .extend_from_slice(&self.unwritten_first_seq.to_le_bytes());
         self.unwritten.extend_from_slice(&payload);
+        let checksum = crc32(&self.unwritten[start + 4..]);
+        self.unwritten[start..start + 4].copy_from_slice(&checksum.to_le_bytes());
+        self.next_seq += 1;
     }
 
     pub fn has_unwritten(&self) -> bool {
         !self.unwritten.is_empty()
     }
 
-    /// Makes the records of this turn durable: one write, one `sync_data`.
-    /// A failure leaves the state in memory ahead of the disk; the caller
-    /// must not reveal it (and must not retry as if it had worked).
+    /// Makes the records of this turn durable: one write (with direct I/O)
+    /// or one write and one `sync_data`. A failure leaves the state in
+    /// memory ahead of the disk; the caller must not reveal it (and must
+    /// not retry as if it had worked).
     pub fn commit(&mut self) -> io::Result<()> {
-        self.write()?;
-        self.journal.sync_data()
-    }
-
-    /// Writes the records of this turn to the journal without waiting for
-    /// the disk; answers whether there were any. They are durable once a
-    /// `sync_data` of the journal (for example through `sync_handle`) that
-    /// started after this write has returned.
-    pub fn write(&mut self) -> io::Result<bool> {
         if self.unwritten.is_empty() {
-            return Ok(false);
+            return Ok(());
         }
-        self.journal
-            .write_all_at(&self.unwritten, self.journal_bytes)?;
-        self.journal_bytes += self.unwritten.len() as u64;
+        let records = std::mem::take(&mut self.unwritten);
+        self.write_at_end(&records, RECORD_HEADER_BYTES)?;
+        self.unwritten = records;
         self.unwritten.clear();
-        Ok(true)
+        Ok(())
     }
 
-    /// Another handle on the journal file, for syncing it on another
-    /// thread while the event loop goes on.
-    pub fn sync_handle(&self) -> io::Result<File> {
-        self.journal.try_clone()
+    /// Writes `records` at the end of the journal followed by `zeros` zero
+    /// bytes, durably, and moves the end past the records. With direct I/O
+    /// the write starts at the block holding the end (written again as it
+    /// is) and is padded with zeros to a whole block.
+    fn write_at_end(&mut self, records: &[u8], zeros: usize) -> io::Result<()> {
+        let start = self.block_start(self.end);
+        debug_assert_eq!(start + self.tail.len() as u64, self.end);
+        let content = self.tail.len() + records.len() + zeros;
+        let alignment = self.alignment();
+        let total = content.div_ceil(alignment) * alignment;
+        self.grow_to(start + total as u64)?;
+        let buffer = aligned_zeroed(&mut self.buffer, total, alignment);
+        buffer[..self.tail.len()].copy_from_slice(&self.tail);
+        buffer[self.tail.len()..self.tail.len() + records.len()].copy_from_slice(records);
+        self.journal.write_all_at(buffer, start)?;
+        if self.io == JournalIo::Buffered {
+            self.journal.sync_data()?;
+        }
+        let new_end = self.end + records.len() as u64;
+        let new_start = new_end - new_end % alignment as u64;
+        let kept = (new_start - start) as usize..(new_end - start) as usize;
+        self.tail.clear();
+        self.tail.extend_from_slice(&buffer[kept]);
+        self.end = new_end;
+        Ok(())
     }
 
+    /// Extends the zero-filled journal file to at least `bytes`, through
+    /// the page cache (the file's size need not be aligned), durably.
+    fn grow_to(&mut self, bytes: u64) -> io::Result<()> {
+        if bytes <= self.file_bytes {
+            return Ok(());
+        }
+        let target = bytes.div_ceil(JOURNAL_GROWTH_BYTES) * JOURNAL_GROWTH_BYTES;
+        let zeros = vec![0u8; JOURNAL_GROWTH_BYTES as usize];
+        while self.file_bytes < target {
+            let chunk = (target - self.file_bytes).min(JOURNAL_GROWTH_BYTES) as usize;
+            self.plain.write_all_at(&zeros[..chunk], self.file_bytes)?;
+            self.file_bytes += chunk as u64;
+        }
+        self.plain.sync_data()
+    }
+
+    fn alignment(&self) -> usize {
+        match self.io {
+            JournalIo::Direct { alignment } => alignment,
+            JournalIo::Buffered => 1,
+        }
+    }
+
+    /// The offset of the block holding `offset`, as writes are aligned.
+    fn block_start(&self, offset: u64) -> u64 {
+        offset - offset % self.alignment() as u64
+    }
+
+    /// Bytes of records in the journal's current round.
     pub fn journal_bytes(&self) -> u64 {
-        self.journal_bytes
+        self.end - JOURNAL_HEADER_BYTES as u64
+    }
+
+    pub fn journal_io(&self) -> JournalIo {
+        self.io
     }
 
     /// Writes a snapshot of `manager` (which must be the state after every
-    /// committed record) and empties the journal.
+    /// committed record) and starts the journal over. The journal itself is
+    /// not touched: the next write goes to its beginning, and until then
+    /// its records all read as already in the snapshot.
     pub fn write_snapshot(&mut self, manager: &LockManager) -> io::Result<()> {
         assert!(
             self.unwritten.is_empty(),
@@ -202,9 +336,8 @@ impl LockStore {
         let last_seq = self.next_seq - 1;
         let bytes = encode_snapshot(&manager.saved(), last_seq);
         atomic_write(&self.snapshot_path, &bytes)?;
-        self.journal.set_len(0)?;
-        self.journal.sync_all()?;
-        self.journal_bytes = 0;
+        self.end = JOURNAL_HEADER_BYTES as u64;
+        self.tail.clear();
         Ok(())
     }
 
@@ -217,37 +350,212 @@ impl LockStore {
     }
 }
 
-enum RecordRead<'a> {
-    Whole { payload: &'a [u8], length: usize },
-    Torn,
-    Damaged(String),
+/// A zeroed slice of `len` bytes of `storage` whose address is a multiple
+/// of `alignment` (direct I/O needs aligned memory).
+fn aligned_zeroed(storage: &mut Vec<u8>, len: usize, alignment: usize) -> &mut [u8] {
+    if storage.len() < len + alignment {
+        *storage = vec![0; (len + alignment).next_power_of_two()];
+    }
+    let offset = storage.as_ptr().align_offset(alignment);
+    assert!(offset < alignment, "a byte address can always be aligned");
+    let slice = &mut storage[offset..offset + len];
+    slice.fill(0);
+    slice
 }
 
-fn read_record(bytes: &[u8]) -> RecordRead<'_> {
-    if bytes.len() < RECORD_HEADER_BYTES {
-        return RecordRead::Torn;
+/// Opens the journal twice: for writing records (with direct I/O when
+/// the file system offers it with an alignment the header block covers and
+/// a first aligned write, of the header as it is, succeeds; else through
+/// the page cache) and through the page cache (to grow the file).
+fn open_journal(path: &Path, direct_allowed: bool) -> io::Result<(File, File, JournalIo)> {
+    let open = || OpenOptions::new().read(true).write(true).open(path);
+    let plain = open()?;
+    let buffered =
+        || -> io::Result<(File, File, JournalIo)> { Ok((open()?, open()?, JournalIo::Buffered)) };
+    if !direct_allowed {
+        return buffered();
     }
-    let length = u32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes")) as usize;
-    let checksum = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
-    if length > RECORD_BYTES_MAX {
-        return RecordRead::Damaged(format!("length {length} is impossible"));
-    }
-    let end = RECORD_HEADER_BYTES + length;
-    if bytes.len() < end {
-        return RecordRead::Torn;
-    }
-    let payload = &bytes[RECORD_HEADER_BYTES..end];
-    if crc32(payload) != checksum {
-        // Only the last record can be torn; one followed by more is damage.
-        if bytes.len() == end {
-            return RecordRead::Torn;
+    let alignment = match sys::direct_io_alignment(&plain) {
+        Ok(Some(alignment)) if alignment.is_power_of_two() && alignment <= JOURNAL_HEADER_BYTES => {
+            alignment
         }
-        return RecordRead::Damaged("checksum mismatch".to_owned());
+        Ok(_) => return buffered(),
+        Err(error) => {
+            tracing::debug!(%error, "cannot ask the file system about direct I/O");
+            return buffered();
+        }
+    };
+    let is_refusal = |error: &io::Error| error.raw_os_error() == Some(nix::libc::EINVAL);
+    let direct = match sys::open_direct_dsync(path) {
+        Ok(direct) => direct,
+        Err(error) if is_refusal(&error) => return buffered(),
+        Err(error) => return Err(error),
+    };
+    let mut storage = Vec::new();
+    let header = aligned_zeroed(&mut storage, JOURNAL_HEADER_BYTES, alignment);
+    let written = journal_header();
+    header[..written.len()].copy_from_slice(&written);
+    match direct.write_all_at(header, 0) {
+        Ok(()) => Ok((direct, plain, JournalIo::Direct { alignment })),
+        Err(error) if is_refusal(&error) => buffered(),
+        Err(error) => Err(error),
     }
-    RecordRead::Whole {
-        payload,
-        length: end,
+}
+
+/// The header's meaningful bytes: magic, version, checksum of both.
+fn journal_header() -> Vec<u8> {
+    let mut header = Vec::with_capacity(JOURNAL_HEADER_BYTES);
+    header.extend_from_slice(JOURNAL_MAGIC);
+    header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    let checksum = crc32(&header);
+    header.extend_from_slice(&checksum.to_le_bytes());
+    header
+}
+
+fn check_journal_header(bytes: &[u8]) -> Result<(), String> {
+    let meaningful = JOURNAL_MAGIC.len() + 8 + 4;
+    if bytes.len() < JOURNAL_HEADER_BYTES || &bytes[..JOURNAL_MAGIC.len()] != JOURNAL_MAGIC {
+        return Err(format!(
+            "not a lock journal of format version {FORMAT_VERSION} (an older warden's \
+             format, or damaged); this warden reads only version {FORMAT_VERSION}"
+        ));
     }
+    let version = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+    let checksum = u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"));
+    if crc32(&bytes[..16]) != checksum {
+        return Err("the journal header's checksum does not match".to_owned());
+    }
+    if version != FORMAT_VERSION {
+        return Err(format!(
+            "journal format version {version} is not the supported {FORMAT_VERSION}"
+        ));
+    }
+    if bytes[meaningful..JOURNAL_HEADER_BYTES]
+        .iter()
+        .any(|byte| *byte != 0)
+    {
+        return Err("the journal header block holds stray bytes".to_owned());
+    }
+    Ok(())
+}
+
+/// A record that reads back whole.
+struct Record<'a> {
+    seq: u64,
+    first_seq: u64,
+    payload: &'a [u8],
+    /// Bytes of the record, header included.
+    bytes: usize,
+}
+
+/// The record at `offset`, if one reads back whole there.
+fn parse_record(bytes: &[u8], offset: usize) -> Option<Record<'_>> {
+    let header = bytes.get(offset..offset.checked_add(RECORD_HEADER_BYTES)?)?;
+    let length = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
+    if length == 0 || length > RECORD_BYTES_MAX {
+        return None;
+    }
+    let end = offset + RECORD_HEADER_BYTES + length;
+    let whole = bytes.get(offset..end)?;
+    // The JSON is an object: a cheap test before the checksum, which
+    // matters when looking for records among arbitrary bytes.
+    if whole[RECORD_HEADER_BYTES] != b'{' || whole[whole.len() - 1] != b'}' {
+        return None;
+    }
+    let checksum = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes"));
+    if crc32(&whole[4..]) != checksum {
+        return None;
+    }
+    Some(Record {
+        seq: u64::from_le_bytes(header[8..16].try_into().expect("8 bytes")),
+        first_seq: u64::from_le_bytes(header[16..24].try_into().expect("8 bytes")),
+        payload: &whole[RECORD_HEADER_BYTES..],
+        bytes: RECORD_HEADER_BYTES + length,
+    })
+}
+
+/// What replaying the journal found.
+struct Replay {
+    /// Offset just past the last record read: where the journal ends.
+    end: usize,
+    /// The last sequence number in the state (the snapshot's if no record
+    /// was replayed).
+    last_seq: u64,
+    replayed: usize,
+    /// Set when an unfinished write left bytes beyond the end: they must be
+    /// zeroed up to here.
+    torn_end: Option<usize>,
+}
+
+/// Replays the records of `bytes` (a whole journal file) after
+/// `snapshot_seq` into `manager`; see the module documentation for the
+/// rules. An error says what is damaged, and where.
+fn replay(bytes: &[u8], snapshot_seq: u64, manager: &mut LockManager) -> Result<Replay, String> {
+    let mut offset = JOURNAL_HEADER_BYTES;
+    let mut previous: Option<u64> = None;
+    let mut last_seq = snapshot_seq;
+    let mut replayed = 0;
+    while let Some(record) = parse_record(bytes, offset) {
+        let expected = previous.map_or(snapshot_seq + 1, |seq| seq + 1);
+        let follows = match previous {
+            None => record.seq <= expected,
+            Some(_) => record.seq == expected,
+        };
+        if !follows {
+            if previous.is_some_and(|seq| record.seq <= seq) {
+                break; // a record of an earlier round: the end
+            }
+            return Err(format!(
+                "record at byte {offset}: sequence number {} where {expected} was due",
+                record.seq
+            ));
+        }
+        if record.seq > snapshot_seq {
+            let op = decode_record(record.payload)
+                .map_err(|reason| format!("record at byte {offset}: {reason}"))?;
+            manager.apply(&op);
+            last_seq = record.seq;
+            replayed += 1;
+        }
+        previous = Some(record.seq);
+        offset += record.bytes;
+    }
+    let end = offset;
+    // Beyond the end, only the pieces of one unfinished write may hold
+    // records of this round. A record's JSON starts with `{`: only the
+    // places before one are looked at.
+    let mut torn_end: Option<usize> = None;
+    let mut from = end + RECORD_HEADER_BYTES;
+    while let Some(found) = bytes
+        .get(from..)
+        .and_then(|rest| rest.iter().position(|byte| *byte == b'{'))
+    {
+        let brace = from + found;
+        let at = brace - RECORD_HEADER_BYTES;
+        if let Some(record) = parse_record(bytes, at)
+            && record.seq > last_seq
+        {
+            if record.first_seq > last_seq + 1 {
+                return Err(format!(
+                    "the record at byte {end} does not read back, yet record {} at byte \
+                     {at} was written after it (by a later write)",
+                    record.seq
+                ));
+            }
+            torn_end = torn_end.max(Some(at + record.bytes));
+        }
+        from = brace + 1;
+    }
+    let end_marker = &bytes[end..(end + RECORD_HEADER_BYTES).min(bytes.len())];
+    if end_marker.iter().any(|byte| *byte != 0) {
+        torn_end = Some(torn_end.unwrap_or(0).max(end + RECORD_HEADER_BYTES));
+    }
+    Ok(Replay {
+        end,
+        last_seq,
+        replayed,
+        torn_end,
+    })
 }
 
 fn load_snapshot(path: &Path) -> Result<(LockManager, u64), StoreError> {
@@ -414,11 +722,10 @@ fn encode_op(op: &LockOp) -> Map<String, Value> {
     }
 }
 
-fn decode_record(payload: &[u8]) -> Result<(u64, LockOp), String> {
+fn decode_record(payload: &[u8]) -> Result<LockOp, String> {
     let value: Value =
         serde_json::from_slice(payload).map_err(|error| format!("not valid JSON: {error}"))?;
     let field = |name: &str| value.get(name).ok_or_else(|| format!("no field '{name}'"));
-    let seq = field("seq")?.as_u64().ok_or("seq is not a number")?;
     let owner = || -> Result<Owner, String> {
         decode_owner(field("owner")?).map_err(|what| format!("owner {what}"))
     };
@@ -486,7 +793,7 @@ fn decode_record(payload: &[u8]) -> Result<(u64, LockOp), String> {
         },
         other => return Err(format!("unknown operation '{other}'")),
     };
-    Ok((seq, op))
+    Ok(op)
 }
 
 #[cfg(test)]
@@ -508,6 +815,14 @@ mod tests {
         if manager.changes() != before {
             store.record(&op);
         }
+    }
+
+    /// Both ways to the disk: direct I/O where the temp dir's file system
+    /// offers it, and the buffered path of file systems without it.
+    const MODES: [bool; 2] = [true, false];
+
+    fn open(dir: &Path, direct: bool) -> (LockStore, LockManager, LoadReport) {
+        LockStore::open_with(dir, direct).expect("open")
     }
 
     fn sample_ops() -> Vec<LockOp> {
@@ -551,103 +866,437 @@ mod tests {
         ]
     }
 
+    /// An operation that always changes the state: owner `i` takes or
+    /// drops a node of its own.
+    fn toggle(i: u64, take: bool) -> LockOp {
+        let lock = node(&format!("t{}", i % 97));
+        LockOp::TryUpdate {
+            owner: job(1000 + i % 97),
+            request: vec![if take {
+                Entry::exclusive(lock)
+            } else {
+                Entry::release(lock)
+            }],
+        }
+    }
+
+    /// An operation that changes the state once: a new owner takes a node
+    /// of its own.
+    fn fresh(k: u64) -> LockOp {
+        LockOp::TryUpdate {
+            owner: job(50_000 + k),
+            request: vec![Entry::exclusive(node(&format!("fresh{k}")))],
+        }
+    }
+
     #[test]
-    fn a_reopened_store_has_the_same_state() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let (mut store, mut manager, report) = LockStore::open(dir.path()).expect("open");
-        assert_eq!(report, LoadReport::default());
-        for op in sample_ops() {
-            run(&mut store, &mut manager, op);
+    fn a_reopened_store_has_the_same_state_on_either_path() {
+        for direct in MODES {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let (mut store, mut manager, report) = open(dir.path(), direct);
+            assert_eq!(report, LoadReport::default());
+            for op in sample_ops() {
+                run(&mut store, &mut manager, op);
+                store.commit().expect("commit");
+            }
+            drop(store);
+            let (_, reopened, report) = open(dir.path(), direct);
+            assert!(report.replayed > 0);
+            assert_eq!(report.torn_bytes, 0);
+            assert_eq!(reopened.saved(), manager.saved());
+            reopened.check_invariants();
+            // The bytes are the same on both paths: the other one reads them.
+            let (_, other, _) = open(dir.path(), !direct);
+            assert_eq!(other.saved(), manager.saved());
+        }
+    }
+
+    #[test]
+    fn direct_io_is_used_exactly_where_the_file_system_offers_it() {
+        let mut dirs = vec![tempfile::tempdir().expect("temp dir")];
+        let shm = Path::new("/dev/shm");
+        if shm.is_dir() {
+            dirs.push(tempfile::tempdir_in(shm).expect("a dir in /dev/shm"));
+        }
+        for dir in dirs {
+            let (store, _, _) = open(dir.path(), true);
+            let offered =
+                sys::direct_io_alignment(&File::open(store.journal_path()).expect("open"))
+                    .expect("statx");
+            match offered {
+                Some(alignment) if alignment <= JOURNAL_HEADER_BYTES => {
+                    assert_eq!(store.journal_io(), JournalIo::Direct { alignment })
+                }
+                _ => assert_eq!(store.journal_io(), JournalIo::Buffered),
+            }
+            let (store, _, _) = open(dir.path(), false);
+            assert_eq!(store.journal_io(), JournalIo::Buffered);
+        }
+    }
+
+    #[test]
+    fn snapshots_restart_the_journal_and_keep_the_state() {
+        for direct in MODES {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let (mut store, mut manager, _) = open(dir.path(), direct);
+            let ops = sample_ops();
+            for op in &ops[..4] {
+                run(&mut store, &mut manager, op.clone());
+            }
             store.commit().expect("commit");
+            store.write_snapshot(&manager).expect("snapshot");
+            assert_eq!(store.journal_bytes(), 0);
+            for op in &ops[4..] {
+                run(&mut store, &mut manager, op.clone());
+            }
+            store.commit().expect("commit");
+            drop(store);
+            let (_, reopened, report) = open(dir.path(), direct);
+            assert!(report.snapshot_seq > 0);
+            assert_eq!(reopened.saved(), manager.saved());
         }
-        drop(store);
-        let (_, reopened, report) = LockStore::open(dir.path()).expect("reopen");
-        assert!(report.replayed > 0);
-        assert_eq!(reopened.saved(), manager.saved());
-        reopened.check_invariants();
     }
 
     #[test]
-    fn snapshots_cut_the_journal_and_keep_the_state() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let (mut store, mut manager, _) = LockStore::open(dir.path()).expect("open");
-        let ops = sample_ops();
-        for op in &ops[..4] {
-            run(&mut store, &mut manager, op.clone());
+    fn a_crash_between_the_snapshot_and_the_next_write_loses_nothing() {
+        for direct in MODES {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let (mut store, mut manager, _) = open(dir.path(), direct);
+            for op in sample_ops() {
+                run(&mut store, &mut manager, op);
+            }
+            store.commit().expect("commit");
+            store.write_snapshot(&manager).expect("snapshot");
+            // Killed here: the journal still holds the whole last round.
+            drop(store);
+            let (mut store, mut reopened, report) = open(dir.path(), direct);
+            assert_eq!(report.replayed, 0);
+            assert_eq!(report.torn_bytes, 0);
+            assert_eq!(reopened.saved(), manager.saved());
+            // The new round starts at the beginning, after the old one's
+            // records, and reads back without them.
+            assert_eq!(store.journal_bytes(), 0);
+            let op = fresh(1);
+            run(&mut store, &mut reopened, op.clone());
+            store.commit().expect("commit");
+            manager.apply(&op);
+            drop(store);
+            let (_, reopened, report) = open(dir.path(), direct);
+            assert_eq!(report.replayed, 1);
+            assert_eq!(reopened.saved(), manager.saved());
         }
-        store.commit().expect("commit");
-        store.write_snapshot(&manager).expect("snapshot");
-        assert_eq!(store.journal_bytes(), 0);
-        for op in &ops[4..] {
-            run(&mut store, &mut manager, op.clone());
+    }
+
+    /// Every image of the write that turned `before` into `after`
+    /// (512-byte sectors each old or new, in the patterns a crash can
+    /// leave) must load as the state before the write plus some prefix of
+    /// its operations; and the store must go on from there with no piece
+    /// of the unfinished write ever read back.
+    fn check_torn_write(
+        dir: &Path,
+        direct: bool,
+        before: &[u8],
+        after: &[u8],
+        states: &[SavedState],
+    ) {
+        const SECTOR: usize = 512;
+        assert_eq!(before.len(), after.len());
+        let changed: Vec<usize> = (0..before.len() / SECTOR)
+            .filter(|sector| {
+                let range = sector * SECTOR..(sector + 1) * SECTOR;
+                before[range.clone()] != after[range]
+            })
+            .collect();
+        assert!(!changed.is_empty());
+        let mut patterns: Vec<Vec<bool>> = vec![vec![false; changed.len()]];
+        for index in 0..changed.len() {
+            let mut only = vec![false; changed.len()];
+            only[index] = true;
+            patterns.push(only);
+            let mut all_but = vec![true; changed.len()];
+            all_but[index] = false;
+            patterns.push(all_but);
         }
-        store.commit().expect("commit");
-        drop(store);
-        let (_, reopened, report) = LockStore::open(dir.path()).expect("reopen");
-        assert!(report.snapshot_seq > 0);
-        assert_eq!(reopened.saved(), manager.saved());
+        let journal = dir.join(JOURNAL_FILE);
+        for pattern in patterns {
+            let mut image = before.to_vec();
+            for (sector, new) in changed.iter().zip(&pattern) {
+                if *new {
+                    let range = sector * SECTOR..(sector + 1) * SECTOR;
+                    image[range.clone()].copy_from_slice(&after[range]);
+                }
+            }
+            fs::write(&journal, &image).expect("torn image");
+            let (mut store, mut manager, _) = LockStore::open_with(dir, direct)
+                .unwrap_or_else(|error| panic!("pattern {pattern:?}: {error}"));
+            let loaded = manager.saved();
+            assert!(
+                states.contains(&loaded),
+                "pattern {pattern:?}: a state that is no prefix of the write"
+            );
+            manager.check_invariants();
+            // Going on: what follows must read back exactly.
+            run(&mut store, &mut manager, fresh(1));
+            store.commit().expect("commit");
+            let expected = manager.saved();
+            drop(store);
+            let (_, reopened, report) = LockStore::open_with(dir, direct).expect("reopen");
+            assert_eq!(reopened.saved(), expected, "pattern {pattern:?}");
+            assert_eq!(report.torn_bytes, 0, "pattern {pattern:?}");
+        }
+    }
+
+    /// The states after each prefix of `ops` applied to `manager`.
+    fn prefix_states(manager: &LockManager, ops: &[LockOp]) -> Vec<SavedState> {
+        let mut manager = LockManager::restore(&manager.saved()).expect("a valid state");
+        let mut states = vec![manager.saved()];
+        for op in ops {
+            manager.apply(op);
+            states.push(manager.saved());
+        }
+        states
     }
 
     #[test]
-    fn records_already_in_the_snapshot_are_not_replayed_twice() {
+    fn a_torn_last_write_is_cleared_and_the_acknowledged_rest_kept() {
+        for direct in MODES {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let (mut store, mut manager, _) = open(dir.path(), direct);
+            let ops = sample_ops();
+            run(&mut store, &mut manager, ops[0].clone());
+            store.commit().expect("commit");
+            // One turn of several records, over more than one sector.
+            let batch: Vec<LockOp> = (0..12).map(|i| toggle(i, true)).collect();
+            let states = prefix_states(&manager, &batch);
+            let before = fs::read(store.journal_path()).expect("journal");
+            for op in &batch {
+                run(&mut store, &mut manager, op.clone());
+            }
+            store.commit().expect("commit");
+            let after = fs::read(store.journal_path()).expect("journal");
+            drop(store);
+            check_torn_write(dir.path(), direct, &before, &after, &states);
+        }
+    }
+
+    #[test]
+    fn garbage_after_the_last_record_is_a_torn_write() {
+        for direct in MODES {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let (mut store, mut manager, _) = open(dir.path(), direct);
+            for op in sample_ops() {
+                run(&mut store, &mut manager, op);
+                store.commit().expect("commit");
+            }
+            let end = store.end as usize;
+            let journal = store.journal_path().to_owned();
+            drop(store);
+            let mut bytes = fs::read(&journal).expect("journal");
+            let mut state = 0x2545_F491_4F6C_DD1Du64;
+            for byte in &mut bytes[end..end + 700] {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                *byte = state as u8;
+            }
+            fs::write(&journal, &bytes).expect("garbage");
+            let (mut store, mut reopened, report) = open(dir.path(), direct);
+            assert_eq!(reopened.saved(), manager.saved());
+            assert!(
+                report.torn_bytes >= RECORD_HEADER_BYTES as u64,
+                "{report:?}"
+            );
+            let op = fresh(3);
+            run(&mut store, &mut reopened, op.clone());
+            store.commit().expect("commit");
+            manager.apply(&op);
+            drop(store);
+            let (_, reopened, report) = open(dir.path(), direct);
+            assert_eq!(reopened.saved(), manager.saved());
+            assert_eq!(report.torn_bytes, 0);
+        }
+    }
+
+    #[test]
+    fn a_crash_during_the_first_write_of_a_round_is_a_torn_write() {
+        for direct in MODES {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let (mut store, mut manager, _) = open(dir.path(), direct);
+            for i in 0..40 {
+                run(&mut store, &mut manager, toggle(i, true));
+                store.commit().expect("commit");
+            }
+            store.write_snapshot(&manager).expect("snapshot");
+            // The new round's first write lands on the old round's records.
+            let batch: Vec<LockOp> = (0..12).map(|i| toggle(i, false)).collect();
+            let states = prefix_states(&manager, &batch);
+            let before = fs::read(store.journal_path()).expect("journal");
+            for op in &batch {
+                run(&mut store, &mut manager, op.clone());
+            }
+            store.commit().expect("commit");
+            let after = fs::read(store.journal_path()).expect("journal");
+            drop(store);
+            check_torn_write(dir.path(), direct, &before, &after, &states);
+        }
+    }
+
+    #[test]
+    fn a_damaged_record_followed_by_later_writes_is_refused() {
+        for direct in MODES {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let (mut store, mut manager, _) = open(dir.path(), direct);
+            for op in sample_ops() {
+                run(&mut store, &mut manager, op);
+                store.commit().expect("commit");
+            }
+            let journal = store.journal_path().to_owned();
+            drop(store);
+            let good = fs::read(&journal).expect("journal");
+            let first = parse_record(&good, JOURNAL_HEADER_BYTES).expect("a first record");
+            let second = JOURNAL_HEADER_BYTES + first.bytes;
+            // A flipped bit in the JSON, the sequence number or the length
+            // of the second record: later writes follow it.
+            for at in [second + RECORD_HEADER_BYTES + 3, second + 9, second + 5] {
+                let mut bytes = good.clone();
+                bytes[at] ^= 0x04;
+                fs::write(&journal, &bytes).expect("damage");
+                let error = LockStore::open_with(dir.path(), direct)
+                    .err()
+                    .expect("a damaged journal");
+                assert!(error.to_string().contains(JOURNAL_FILE), "{error}");
+                assert!(error.to_string().contains("written after it"), "{error}");
+                assert_eq!(fs::read(&journal).expect("kept"), bytes, "left as found");
+            }
+        }
+    }
+
+    #[test]
+    fn a_journal_ahead_of_its_snapshot_is_refused() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let (mut store, mut manager, _) = LockStore::open(dir.path()).expect("open");
+        let (mut store, mut manager, _) = open(dir.path(), true);
         for op in sample_ops() {
             run(&mut store, &mut manager, op);
         }
         store.commit().expect("commit");
-        // A crash between writing the snapshot and cutting the journal.
-        let journal = fs::read(store.journal_path()).expect("journal");
         store.write_snapshot(&manager).expect("snapshot");
-        fs::write(store.journal_path(), &journal).expect("restore journal");
-        drop(store);
-        let (_, reopened, report) = LockStore::open(dir.path()).expect("reopen");
-        assert_eq!(report.replayed, 0);
-        assert_eq!(reopened.saved(), manager.saved());
-    }
-
-    #[test]
-    fn a_torn_last_record_is_cut_off_and_the_rest_kept() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let (mut store, mut manager, _) = LockStore::open(dir.path()).expect("open");
-        let ops = sample_ops();
-        run(&mut store, &mut manager, ops[0].clone());
+        run(&mut store, &mut manager, fresh(1));
         store.commit().expect("commit");
-        let expected = manager.saved();
-        let whole = store.journal_bytes();
-        run(&mut store, &mut manager, ops[1].clone());
-        store.commit().expect("commit");
-        let journal_path = store.journal_path().to_owned();
+        let snapshot = store.snapshot_path().to_owned();
         drop(store);
-        let full = fs::read(&journal_path).expect("journal");
-        for cut in [whole as usize + 3, full.len() - 1] {
-            fs::write(&journal_path, &full[..cut]).expect("tear");
-            let (store, reopened, report) = LockStore::open(dir.path()).expect("reopen");
-            assert_eq!(reopened.saved(), expected);
-            assert_eq!(report.torn_bytes, (cut - whole as usize) as u64);
-            assert_eq!(store.journal_bytes(), whole);
-        }
-    }
-
-    #[test]
-    fn damage_is_an_error_naming_the_file() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let (mut store, mut manager, _) = LockStore::open(dir.path()).expect("open");
-        for op in sample_ops() {
-            run(&mut store, &mut manager, op);
-        }
-        store.commit().expect("commit");
-        let journal_path = store.journal_path().to_owned();
-        let snapshot_path = store.snapshot_path().to_owned();
-        drop(store);
-        let mut journal = fs::read(&journal_path).expect("journal");
-        journal[RECORD_HEADER_BYTES + 2] ^= 0x20;
-        fs::write(&journal_path, &journal).expect("damage");
-        let error = LockStore::open(dir.path()).err().expect("damaged journal");
+        // Without its snapshot, the round starts past sequence number 1.
+        fs::remove_file(&snapshot).expect("remove the snapshot");
+        let error = LockStore::open(dir.path()).err().expect("a gap");
         assert!(error.to_string().contains(JOURNAL_FILE), "{error}");
-        assert!(error.to_string().contains("checksum"), "{error}");
+        assert!(error.to_string().contains("where 1 was due"), "{error}");
+    }
 
-        fs::write(&journal_path, b"").expect("empty journal");
+    #[test]
+    fn files_of_the_old_format_are_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let journal = dir.path().join(JOURNAL_FILE);
+        // Version 1: records appended from the first byte, `seq` in the JSON.
+        let payload = br#"{"op":"freeLocks","owner":[1,"/r/livelocks/a",1],"seq":1}"#;
+        let mut old = Vec::new();
+        old.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        old.extend_from_slice(&crc32(payload).to_le_bytes());
+        old.extend_from_slice(payload);
+        fs::write(&journal, &old).expect("an old journal");
+        let error = LockStore::open(dir.path()).err().expect("an old journal");
+        assert!(error.to_string().contains(JOURNAL_FILE), "{error}");
+        assert!(error.to_string().contains("format version 2"), "{error}");
+        assert_eq!(fs::read(&journal).expect("kept"), old);
+        fs::remove_file(&journal).expect("remove");
+        let snapshot = dir.path().join(SNAPSHOT_FILE);
+        let old = br#"{"version": 1, "last_seq": 0, "holdings": [], "pending": []}"#;
+        fs::write(&snapshot, old).expect("an old snapshot");
+        let error = LockStore::open(dir.path()).err().expect("an old snapshot");
+        assert!(error.to_string().contains(SNAPSHOT_FILE), "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains("format version 1 is not the supported 2"),
+            "{error}"
+        );
+        assert_eq!(fs::read(&snapshot).expect("kept"), old);
+    }
+
+    #[test]
+    fn the_journal_grows_zero_filled_and_old_rounds_are_never_replayed() {
+        for direct in MODES {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let (mut store, mut manager, _) = open(dir.path(), direct);
+            let journal = store.journal_path().to_owned();
+            let initial = fs::metadata(&journal).expect("journal").len();
+            assert_eq!(
+                initial,
+                JOURNAL_HEADER_BYTES as u64 + JOURNAL_GROWTH_BYTES,
+                "created zero-filled"
+            );
+            // More than one growth step of records, in a few big turns.
+            let mut i = 0;
+            while store.journal_bytes() < JOURNAL_GROWTH_BYTES + 1000 {
+                for _ in 0..2000 {
+                    run(&mut store, &mut manager, toggle(i, i / 97 % 2 == 0));
+                    i += 1;
+                }
+                store.commit().expect("commit");
+            }
+            let grown = fs::metadata(&journal).expect("journal").len();
+            assert!(
+                grown > initial && grown % JOURNAL_GROWTH_BYTES == 0,
+                "{grown}"
+            );
+            store.write_snapshot(&manager).expect("snapshot");
+            for k in 0..3 {
+                run(&mut store, &mut manager, fresh(k));
+                store.commit().expect("commit");
+            }
+            drop(store);
+            assert_eq!(fs::metadata(&journal).expect("journal").len(), grown);
+            let (_, reopened, report) = open(dir.path(), direct);
+            assert_eq!(report.replayed, 3);
+            assert_eq!(report.torn_bytes, 0);
+            assert_eq!(reopened.saved(), manager.saved());
+        }
+    }
+
+    #[test]
+    fn a_journal_cut_at_any_size_grows_again() {
+        for direct in MODES {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let (mut store, mut manager, _) = open(dir.path(), direct);
+            for op in sample_ops() {
+                run(&mut store, &mut manager, op);
+            }
+            store.commit().expect("commit");
+            let end = store.end;
+            let journal = store.journal_path().to_owned();
+            drop(store);
+            // As a crash in the middle of growing it could leave it: a size
+            // no block boundary, just past the records.
+            let file = OpenOptions::new().write(true).open(&journal).expect("open");
+            file.set_len(end + 37).expect("cut");
+            drop(file);
+            let (mut store, mut reopened, _) = open(dir.path(), direct);
+            assert_eq!(reopened.saved(), manager.saved());
+            let op = fresh(1);
+            run(&mut store, &mut reopened, op.clone());
+            store.commit().expect("commit");
+            manager.apply(&op);
+            drop(store);
+            let length = fs::metadata(&journal).expect("journal").len();
+            assert_eq!(length % JOURNAL_GROWTH_BYTES, 0, "{length}");
+            let (_, reopened, report) = open(dir.path(), direct);
+            assert_eq!(reopened.saved(), manager.saved());
+            assert_eq!(report.torn_bytes, 0);
+        }
+    }
+
+    #[test]
+    fn a_damaged_snapshot_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let snapshot_path = dir.path().join(SNAPSHOT_FILE);
         for (bytes, expected) in [
             (&b""[..], "not valid JSON"),
             (&b"{\"version\": 9}"[..], "format version"),
@@ -659,7 +1308,7 @@ mod tests {
             assert!(error.to_string().contains(expected), "{error}");
         }
         let two_exclusive = json!({
-            "version": 1, "last_seq": 0, "pending": [],
+            "version": FORMAT_VERSION, "last_seq": 0, "pending": [],
             "holdings": [
                 [[1, "/l/a", 1], [["node/a", "exclusive"]]],
                 [[2, "/l/b", 2], [["node/a", "exclusive"]]],
@@ -671,5 +1320,25 @@ mod tests {
             error.to_string().contains("impossible lock state"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn a_damaged_journal_header_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        drop(open(dir.path(), true));
+        let journal = dir.path().join(JOURNAL_FILE);
+        let good = fs::read(&journal).expect("journal");
+        for (at, expected) in [
+            (9, "checksum"),
+            (100, "stray bytes"),
+            (0, "format version 2"),
+        ] {
+            let mut bytes = good.clone();
+            bytes[at] ^= 0x01;
+            fs::write(&journal, &bytes).expect("damage");
+            let error = LockStore::open(dir.path()).err().expect("damaged header");
+            assert!(error.to_string().contains(JOURNAL_FILE), "{error}");
+            assert!(error.to_string().contains(expected), "{error}");
+        }
     }
 }

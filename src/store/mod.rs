@@ -2,8 +2,9 @@
 //! `config.data`. Only this module and `protocol` know JSON.
 //!
 //! Every replacement is atomic (temp file in the same directory, write,
-//! `sync_all`, rename, fsync of the directory); every append is made
-//! durable with `sync_data` before anything that depends on it is revealed.
+//! `sync_all`, rename, fsync of the directory); every journal write is
+//! durable (written with `O_DSYNC`, or followed by `sync_data`) before
+//! anything that depends on it is revealed.
 
 pub mod config;
 pub mod lock_state;

@@ -103,12 +103,13 @@ pub fn start(root: &Path) -> Result<Server, DaemonError> {
         owners = manager.owners().len(),
         holdings = manager.holding_count(),
         pending = manager.pending_count(),
+        journal = %store.journal_io(),
         "lock state loaded"
     );
     if report.torn_bytes > 0 {
         tracing::warn!(
             bytes = report.torn_bytes,
-            "cut a torn record off the end of the lock journal (it was never acknowledged)"
+            "zeroed the unfinished last write of the lock journal (it was never acknowledged)"
         );
     }
     let config = ConfigStore::open(root, unix_now())?;

@@ -3,22 +3,32 @@
 //!
 //! Each turn reads every ready connection and runs the complete requests
 //! through the lock core; state changes go to the journal. At the end of
-//! the turn the journal is made durable with one `sync_data` (group
-//! commit), and only then are replies written, held `awaitLocks` replies
-//! released and SIGHUPs sent: nothing a client sees is ahead of the disk.
+//! the turn the journal records of the turn are made durable in one write
+//! (group commit), on the loop itself, and only then are replies written,
+//! held `awaitLocks` replies released and SIGHUPs sent: nothing a client
+//! sees is ahead of the disk. Requests that arrive meanwhile wait in their
+//! sockets and share the next turn's write.
+//!
+//! Requests are read with `MSG_PEEK` and consumed from the socket only
+//! once their reply is written (or queued, if the client is slow to read):
+//! consuming wakes the client's wait queue, and doing it after the reply
+//! makes that one wake-up instead of two. Bytes with no reply coming this
+//! turn (part of a frame, a held `awaitLocks`, a connection whose output
+//! is backed up) are consumed at once, so a client is never kept from
+//! sending by bytes the daemon already holds.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, mpsc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mio::net::{UnixListener, UnixStream};
 use mio::unix::SourceFd;
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Interest, Poll, Token};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR2};
@@ -40,8 +50,7 @@ use crate::sys::{self, PeerCredentials};
 
 const LISTENER: Token = Token(0);
 const SIGNALS: Token = Token(1);
-const SYNC_DONE: Token = Token(2);
-const FIRST_DYNAMIC_TOKEN: usize = 3;
+const FIRST_DYNAMIC_TOKEN: usize = 2;
 
 /// Bytes read from a socket at a time.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
@@ -67,10 +76,14 @@ struct Connection {
     output: Vec<u8>,
     /// The owner whose `awaitLocks` reply is held; later requests wait.
     held: Option<Arc<Owner>>,
+    /// Requests are read with `MSG_PEEK` (`SO_PEEK_OFF` could be set) and
+    /// consumed later; otherwise read plainly.
+    peeking: bool,
+    /// Bytes peeked (they are in `reader` or were framed) but not yet
+    /// consumed from the socket.
+    unconsumed: usize,
     /// Close once the output is written (frame error or peer gone).
     closing: bool,
-    /// Turns holding replies for this connection, not yet revealed.
-    unrevealed_turns: usize,
     writable_registered: bool,
 }
 
@@ -86,42 +99,10 @@ struct PidWatch {
     owners: HashSet<Arc<Owner>>,
 }
 
-/// What one turn revealed, held until the journal sync covering it
-/// returns.
+/// What one turn revealed, sent once its journal records are durable.
 struct Reveal {
-    /// The turn's records are durable once `synced_epoch` reaches this.
-    epoch: u64,
     replies: Vec<(Token, Vec<u8>)>,
     sighups: Vec<Arc<Owner>>,
-}
-
-/// The thread that syncs the journal, so the event loop never waits for
-/// the disk. It answers each request (the epoch written before it) after
-/// `sync_data` returns, and wakes the loop.
-struct Syncer {
-    requests: mpsc::Sender<u64>,
-    done: mpsc::Receiver<(u64, io::Result<()>)>,
-}
-
-impl Syncer {
-    fn spawn(journal: File, waker: Arc<Waker>) -> io::Result<Syncer> {
-        let (requests, pending) = mpsc::channel::<u64>();
-        let (finished, done) = mpsc::channel();
-        std::thread::Builder::new()
-            .name("journal-sync".to_owned())
-            .spawn(move || {
-                for epoch in pending {
-                    let result = journal.sync_data();
-                    if finished.send((epoch, result)).is_err() {
-                        return;
-                    }
-                    if let Err(error) = waker.wake() {
-                        tracing::error!(%error, "cannot wake the event loop");
-                    }
-                }
-            })?;
-        Ok(Syncer { requests, done })
-    }
 }
 
 /// What a request answers now, or later (a held `awaitLocks`).
@@ -158,15 +139,11 @@ pub struct Server {
     ready: Vec<Token>,
     /// Owners to probe at once (their process was seen to exit).
     suspects: Vec<Arc<Owner>>,
-    syncer: Syncer,
-    /// Turns written to the journal, and turns known durable.
-    written_epoch: u64,
-    synced_epoch: u64,
-    /// When the running sync started, if one runs.
-    sync_in_flight: Option<Instant>,
-    unrevealed: VecDeque<Reveal>,
+    /// Where consumed request bytes go (they were peeked already).
+    discard: Vec<u8>,
+    /// Turns whose journal records were written, for the dump.
+    commits: u64,
     // What the current turn did, settled in `finish_turn`.
-    turn_requests: usize,
     turn_granted: Vec<Arc<Owner>>,
     turn_owners: Vec<Arc<Owner>>,
     turn_connections: Vec<Token>,
@@ -198,17 +175,6 @@ impl Server {
             await_timeout_ms_max: AWAIT_TIMEOUT_MS_MAX,
         };
         let next_death_check = Instant::now() + settings.wconfd.death_check_interval();
-        let waker = Arc::new(
-            Waker::new(poll.registry(), SYNC_DONE)
-                .map_err(io_error("cannot create", Path::new("a waker")))?,
-        );
-        let journal = store
-            .sync_handle()
-            .map_err(io_error("cannot open", store.journal_path()))?;
-        let syncer = Syncer::spawn(journal, waker).map_err(io_error(
-            "cannot start the sync thread for",
-            store.journal_path(),
-        ))?;
         Ok(Server {
             poll,
             listener: None,
@@ -234,12 +200,8 @@ impl Server {
             next_death_check,
             ready: Vec::new(),
             suspects: Vec::new(),
-            syncer,
-            written_epoch: 0,
-            synced_epoch: 0,
-            sync_in_flight: None,
-            unrevealed: VecDeque::new(),
-            turn_requests: 0,
+            discard: vec![0; READ_CHUNK_BYTES],
+            commits: 0,
             turn_granted: Vec::new(),
             turn_owners: Vec::new(),
             turn_connections: Vec::new(),
@@ -298,7 +260,6 @@ impl Server {
                 match event.token() {
                     LISTENER => self.accept(),
                     SIGNALS => self.handle_signals(),
-                    SYNC_DONE => self.sync_done()?,
                     token if self.pid_tokens.contains_key(&token) => self.process_exited(token),
                     token => {
                         if event.is_readable() || event.is_read_closed() {
@@ -380,6 +341,13 @@ impl Server {
                 tracing::warn!(%error, "cannot register a connection");
                 continue;
             }
+            let peeking = match sys::enable_peek_offset(&stream) {
+                Ok(()) => true,
+                Err(error) => {
+                    tracing::debug!(%error, "SO_PEEK_OFF refused: requests are read plainly");
+                    false
+                }
+            };
             self.connections.insert(
                 token,
                 Connection {
@@ -390,8 +358,9 @@ impl Server {
                     staged: Vec::new(),
                     output: Vec::new(),
                     held: None,
+                    peeking,
+                    unconsumed: 0,
                     closing: false,
-                    unrevealed_turns: 0,
                     writable_registered: false,
                 },
             );
@@ -412,7 +381,12 @@ impl Server {
             let mut full = true;
             while let Some(spare) = connection.reader.spare(READ_CHUNK_BYTES) {
                 let spare_bytes = spare.len();
-                match connection.stream.read(spare) {
+                let read = if connection.peeking {
+                    sys::peek(&connection.stream, spare)
+                } else {
+                    connection.stream.read(spare)
+                };
+                match read {
                     Ok(0) => {
                         connection.reader.commit(spare_bytes, 0);
                         peer_gone = true;
@@ -421,6 +395,9 @@ impl Server {
                     }
                     Ok(read) => {
                         connection.reader.commit(spare_bytes, read);
+                        if connection.peeking {
+                            connection.unconsumed += read;
+                        }
                         if read < spare_bytes {
                             // Drained: a short read took all there was, and
                             // epoll reports every later arrival, so the
@@ -447,9 +424,14 @@ impl Server {
                 self.peer_gone(token);
                 return;
             }
-            let Some(connection) = self.connections.get(&token) else {
+            let Some(connection) = self.connections.get_mut(&token) else {
                 return;
             };
+            // No reply of this turn to wait for: consume now.
+            if connection.staged.is_empty() && consume(connection, &mut self.discard).is_err() {
+                self.close(token);
+                return;
+            }
             if !full || connection.reader.buffered_bytes() >= buffered {
                 return;
             }
@@ -505,6 +487,7 @@ impl Server {
         }
     }
 
+    /// Queues a reply until the turn is durable.
     fn stage(&mut self, token: Token, reply: Result<Value, WireError>) {
         let Some(connection) = self.connections.get_mut(&token) else {
             return;
@@ -531,12 +514,20 @@ impl Server {
                     !connection.output.is_empty(),
                 )
             });
-        if written.is_err() {
+        // The requests answered are consumed after their replies were
+        // written, or queued for a client slow to read (holding them back
+        // longer could block a client still sending into a full socket).
+        let consumed = if written.is_ok() {
+            consume(connection, &mut self.discard)
+        } else {
+            Ok(())
+        };
+        if written.is_err() || consumed.is_err() {
             self.close(token);
             return;
         }
         if connection.output.is_empty() {
-            if connection.closing && connection.unrevealed_turns == 0 {
+            if connection.closing && connection.staged.is_empty() {
                 self.close(token);
             } else if before > 0 && connection.reader.buffered_bytes() > 0 {
                 // Answering paused while output was backed up.
@@ -564,7 +555,6 @@ impl Server {
     // ----- requests -----
 
     fn handle_frame(&mut self, token: Token, frame: &[u8]) -> Reply {
-        self.turn_requests += 1;
         let request = match parse_request(frame) {
             Ok(request) => request,
             Err(error) => return Reply::Now(Err(error)),
@@ -992,12 +982,11 @@ impl Server {
 
     // ----- end of turn -----
 
-    /// Ends a turn: writes its journal records (the sync thread makes them
-    /// durable), settles its grants and watches, and queues what it
-    /// reveals (replies, released awaits, SIGHUPs) until the sync covering
-    /// it has returned. While one sync runs, later turns are written and
-    /// wait for the next: requests arriving during a sync share the next
-    /// one (group commit without stopping the loop).
+    /// Ends a turn: settles its grants and watches, makes its journal
+    /// records durable in one write, then reveals what it answered
+    /// (replies, released awaits, SIGHUPs). The write happens on the loop:
+    /// requests arriving meanwhile wait in their sockets and are all read
+    /// by the next turn, which shares one write among them (DECISIONS D29).
     fn finish_turn(&mut self) -> Result<(), DaemonError> {
         let now = Instant::now();
         let mut sighups = Vec::new();
@@ -1038,33 +1027,12 @@ impl Server {
             .into_iter()
             .filter_map(|token| {
                 let connection = self.connections.get_mut(&token)?;
-                connection.unrevealed_turns += 1;
                 Some((token, std::mem::take(&mut connection.staged)))
             })
             .collect();
-        // Records not written yet (this turn's, or earlier ones held back
-        // while a sync runs) go out with the next write.
-        let epoch = if self.store.has_unwritten() {
-            self.written_epoch + 1
-        } else {
-            self.written_epoch
-        };
-        let reveal = Reveal {
-            epoch,
-            replies,
-            sighups,
-        };
-        if reveal.epoch <= self.synced_epoch {
-            self.reveal(reveal);
-        } else {
-            self.unrevealed.push_back(reveal);
-        }
-        self.start_sync(true)?;
-        self.turn_requests = 0;
-        if self.written_epoch == self.synced_epoch
-            && !self.store.has_unwritten()
-            && self.store.journal_bytes() > self.settings.wconfd.snapshot_journal_bytes_max
-        {
+        self.commit()?;
+        self.reveal(Reveal { replies, sighups });
+        if self.store.journal_bytes() > self.settings.wconfd.snapshot_journal_bytes_max {
             let started = Instant::now();
             self.store
                 .write_snapshot(&self.manager)
@@ -1078,60 +1046,20 @@ impl Server {
         Ok(())
     }
 
-    /// Writes the records held back and makes them durable, unless a sync
-    /// runs: its completion starts the next one, so the records of every
-    /// turn served meanwhile go out in one write and one sync. A turn that
-    /// answered at most one request syncs on the loop itself: there is
-    /// nothing to overlap with, and handing over to the sync thread and
-    /// back costs a wake-up each way.
-    fn start_sync(&mut self, at_end_of_turn: bool) -> Result<(), DaemonError> {
-        if self.sync_in_flight.is_some() {
-            return Ok(());
-        }
-        if self.store.write().map_err(DaemonError::Journal)? {
-            self.written_epoch += 1;
-        }
-        if self.written_epoch == self.synced_epoch {
-            return Ok(());
-        }
-        if at_end_of_turn && self.turn_requests <= 1 && self.unrevealed.len() <= 1 {
+    /// Makes the journal records of the turn durable. A failure cannot be
+    /// retried as if it had worked: wconfd stops (DECISIONS D8).
+    fn commit(&mut self) -> Result<(), DaemonError> {
+        if self.store.has_unwritten() {
             self.store.commit().map_err(DaemonError::Journal)?;
-            self.synced_epoch = self.written_epoch;
-            while let Some(reveal) = self.unrevealed.pop_front() {
-                self.reveal(reveal);
-            }
-            return Ok(());
-        }
-        if self.syncer.requests.send(self.written_epoch).is_ok() {
-            self.sync_in_flight = Some(Instant::now());
+            self.commits += 1;
         }
         Ok(())
-    }
-
-    /// The sync thread finished: reveal every turn it covered.
-    fn sync_done(&mut self) -> Result<(), DaemonError> {
-        while let Ok((epoch, result)) = self.syncer.done.try_recv() {
-            // A failed sync cannot be retried as if it had worked: stop.
-            result.map_err(DaemonError::Journal)?;
-            self.sync_in_flight = None;
-            self.synced_epoch = self.synced_epoch.max(epoch);
-        }
-        while self
-            .unrevealed
-            .front()
-            .is_some_and(|reveal| reveal.epoch <= self.synced_epoch)
-        {
-            let reveal = self.unrevealed.pop_front().expect("just looked");
-            self.reveal(reveal);
-        }
-        self.start_sync(false)
     }
 
     /// Sends what a durable turn answered: replies, then SIGHUPs.
     fn reveal(&mut self, reveal: Reveal) {
         for (token, bytes) in reveal.replies {
             if let Some(connection) = self.connections.get_mut(&token) {
-                connection.unrevealed_turns -= 1;
                 connection.output.extend_from_slice(&bytes);
                 self.flush(token);
             }
@@ -1143,17 +1071,10 @@ impl Server {
         }
     }
 
-    /// On stop: wait for the disk, then answer everything answered.
+    /// On stop: whatever is recorded is made durable (every turn commits,
+    /// so normally nothing is left).
     fn drain(&mut self) -> Result<(), DaemonError> {
-        if self.store.has_unwritten() {
-            self.written_epoch += 1;
-        }
-        self.store.commit().map_err(DaemonError::Journal)?;
-        self.synced_epoch = self.written_epoch;
-        while let Some(reveal) = self.unrevealed.pop_front() {
-            self.reveal(reveal);
-        }
-        Ok(())
+        self.commit()
     }
 
     // ----- signals -----
@@ -1181,17 +1102,10 @@ impl Server {
             "state dump"
         );
         tracing::info!(
-            "thread event-loop: serving; thread journal-sync: {}; turns written {}, durable {}, {} waiting for the disk",
-            match self.sync_in_flight {
-                Some(since) => format!(
-                    "syncing for {:.3} ms",
-                    now.duration_since(since).as_secs_f64() * 1e3
-                ),
-                None => "idle".to_owned(),
-            },
-            self.written_epoch,
-            self.synced_epoch,
-            self.unrevealed.len()
+            "journal: {}, {} B in this round, {} turns written",
+            self.store.journal_io(),
+            self.store.journal_bytes(),
+            self.commits
         );
         for (lock, holders) in &table {
             let holders: Vec<String> = holders
@@ -1235,6 +1149,21 @@ impl Server {
             );
         }
     }
+}
+
+/// Consumes from a peeking connection's socket the bytes peeked so far
+/// (the reader holds them): they are there, so the reads return at once.
+fn consume(connection: &mut Connection, discard: &mut [u8]) -> io::Result<()> {
+    while connection.unconsumed > 0 {
+        let chunk = connection.unconsumed.min(discard.len());
+        match connection.stream.read(&mut discard[..chunk]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(read) => connection.unconsumed -= read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
 }
 
 /// Ganeti's shape of a failed verification: its ConfigWriter reads

@@ -68,6 +68,11 @@ impl Root {
         Root(Arc::new(tempfile::tempdir().expect("a temp root")))
     }
 
+    /// A temp root inside `dir` (for a file system of its own).
+    pub fn new_in(dir: &Path) -> Root {
+        Root(Arc::new(tempfile::tempdir_in(dir).expect("a temp root")))
+    }
+
     /// The root's canonical path (the daemon compares livelock paths with
     /// its canonical root).
     pub fn path(&self) -> PathBuf {

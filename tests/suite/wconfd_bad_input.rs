@@ -816,17 +816,65 @@ fn a_journal_damaged_before_its_end_stops_start_up() {
     wconfd.stop();
     let journal = root.path().join("locks.journal");
     let mut bytes = std::fs::read(&journal).expect("the journal");
-    assert!(bytes.len() > 64, "the fixture's updates are journalled");
-    // A flipped byte in the first record's JSON: not a torn tail.
-    bytes[12] ^= 0x55;
+    // After the journal's header block, the first record: its header, then
+    // its JSON. The fixture's later updates were written after it.
+    use warden::store::lock_state::{JOURNAL_HEADER_BYTES, RECORD_HEADER_BYTES};
+    let first_json = JOURNAL_HEADER_BYTES + RECORD_HEADER_BYTES;
+    assert_eq!(
+        bytes[first_json], b'{',
+        "the fixture's updates are journalled"
+    );
+    // A flipped byte in the first record's JSON: not a torn last write.
+    bytes[first_json + 2] ^= 0x55;
     std::fs::write(&journal, &bytes).expect("damage the journal");
     let Err((status, log)) = Wconfd::try_start_on(&root) else {
         panic!("wconfd started with a damaged journal");
     };
     assert!(!status.success());
-    assert!(log.contains("locks.journal"), "{log}");
+    assert!(
+        log.contains("locks.journal") && log.contains("written after it"),
+        "{log}"
+    );
     assert_eq!(std::fs::read(&journal).expect("kept"), bytes);
     drop(jobs);
+}
+
+#[test]
+fn state_files_of_an_older_format_stop_start_up_naming_them() {
+    // Format version 1: a journal of records appended from its first byte,
+    // and snapshots saying version 1.
+    let payload = br#"{"op":"freeLocks","owner":[1,"/r/livelocks/a",1],"seq":1}"#;
+    let mut old_journal = Vec::new();
+    old_journal.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    old_journal.extend_from_slice(&[0x12, 0x34, 0x56, 0x78]);
+    old_journal.extend_from_slice(payload);
+    let old_snapshot = br#"{"version": 1, "last_seq": 0, "holdings": [], "pending": []}"#;
+    let cases: [(&str, &[u8], &str); 2] = [
+        ("locks.journal", &old_journal, "format version 2"),
+        (
+            "locks.data",
+            old_snapshot,
+            "format version 1 is not the supported 2",
+        ),
+    ];
+    for (file, bytes, expected) in cases {
+        let root = Root::new();
+        let path = root.path().join(file);
+        std::fs::write(&path, bytes).expect("an old file");
+        let Err((status, log)) = Wconfd::try_start_on(&root) else {
+            panic!("wconfd started with an old {file}");
+        };
+        assert!(!status.success(), "{file}: {status}");
+        assert!(
+            log.contains(file) && log.contains(expected),
+            "{file}: the error does not say {expected:?}:\n{log}"
+        );
+        assert_eq!(
+            std::fs::read(&path).expect("kept"),
+            bytes,
+            "{file} was replaced"
+        );
+    }
 }
 
 // ----- stalled and vanishing clients -----

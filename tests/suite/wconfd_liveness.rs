@@ -1,8 +1,9 @@
 //! wconfd and living processes: waiters notified by SIGHUP (and not when
 //! `awaitLocks` delivers the grant), owners killed with SIGKILL freed at
 //! once, POSIX-locked livelocks, the lock state across a clean stop and a
-//! kill -9, owners that died while wconfd was down, one wconfd per root,
-//! and a crash loop of kills and restarts under client load.
+//! kill -9 (with the journal written with direct I/O, and on a file system
+//! without it), owners that died while wconfd was down, one wconfd per
+//! root, and a crash loop of kills and restarts under client load.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -13,8 +14,8 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::{Value, json};
 
 use crate::daemon::{
-    Client, DEADLINE, OwnerProcess, Wconfd, elapsed_between, list_locks, pending, request, status,
-    timing_guard, try_update, update_waiting, wait_until,
+    Client, DEADLINE, OwnerProcess, Root, Wconfd, elapsed_between, list_locks, pending, request,
+    status, timing_guard, try_update, update_waiting, wait_until,
 };
 
 /// The SIGKILL-to-grant target of liveness.md.
@@ -392,8 +393,8 @@ fn build_state(client: &mut Client, jobs: &[OwnerProcess]) {
     );
 }
 
-fn the_state_survives(stop: impl FnOnce(&mut Wconfd)) {
-    let mut wconfd = Wconfd::start();
+fn the_state_survives(root: &Root, stop: impl FnOnce(&mut Wconfd)) -> Wconfd {
+    let mut wconfd = Wconfd::restart_on(root);
     let mut client = wconfd.client();
     let mut jobs = spawn(&wconfd, 1..=5);
     build_state(&mut client, &jobs);
@@ -426,16 +427,43 @@ fn the_state_survives(stop: impl FnOnce(&mut Wconfd)) {
         list_locks(&mut client, &jobs[4]),
         request(&[("node/n1", "exclusive"), ("node/n2", "exclusive")])
     );
+    wconfd
 }
 
 #[test]
 fn the_lock_state_survives_a_clean_stop() {
-    the_state_survives(Wconfd::stop);
+    the_state_survives(&Root::new(), Wconfd::stop);
 }
 
 #[test]
 fn the_lock_state_survives_kill_9() {
-    the_state_survives(Wconfd::kill9);
+    let root = Root::new();
+    let wconfd = the_state_survives(&root, Wconfd::kill9);
+    // The temp dir's file system says whether it offers direct I/O; the
+    // journal uses it exactly then.
+    let probe = std::fs::File::open(root.path().join("locks.journal")).expect("the journal");
+    let direct = warden::sys::direct_io_alignment(&probe)
+        .expect("statx")
+        .is_some_and(|alignment| alignment <= 4096);
+    let log = wconfd.log();
+    let expected = if direct {
+        "direct I/O"
+    } else {
+        "buffered writes"
+    };
+    assert!(log.contains(expected), "not {expected}:\n{log}");
+}
+
+/// tmpfs offers no direct I/O: the journal takes the buffered path, with
+/// the same guarantees.
+#[test]
+fn the_lock_state_survives_kill_9_without_direct_io() {
+    let shm = std::path::Path::new("/dev/shm");
+    assert!(shm.is_dir(), "this test needs a tmpfs at /dev/shm");
+    let root = Root::new_in(shm);
+    let wconfd = the_state_survives(&root, Wconfd::kill9);
+    let log = wconfd.log();
+    assert!(log.contains("buffered writes"), "{log}");
 }
 
 #[test]

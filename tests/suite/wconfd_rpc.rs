@@ -992,6 +992,47 @@ fn await_locks_holds_later_requests_of_its_connection() {
     assert_eq!(waiter.read_response().expect("answer"), Ok(json!("after")));
 }
 
+/// Requests are consumed from the socket only once answered, except when
+/// no answer is coming soon: behind a held await, more than the socket
+/// buffers hold is taken in (up to the frame limit), so the client can
+/// finish sending before it reads.
+#[test]
+fn requests_pipelined_behind_a_held_await_do_not_block_their_sender() {
+    let (wconfd, mut client, jobs) = start(2);
+    let (j1, j2) = (&jobs[0], &jobs[1]);
+    assert_eq!(
+        try_update(&mut client, j1, &[("node/n1", "exclusive")]),
+        json!([])
+    );
+    let mut waiter = wconfd.client();
+    waiter
+        .send(
+            "awaitLocks",
+            json!([j2.owner(), 0, request(&[("node/n1", "exclusive")]), 10_000]),
+        )
+        .expect("send");
+    crate::daemon::wait_until("J2 waits", crate::daemon::DEADLINE, || {
+        pending(&mut client, j2)
+    });
+    // 2 MB in 40 requests: far more than a Unix socket buffers. The sends
+    // time out (and fail) if the daemon stops taking bytes in.
+    let text = |i: usize| format!("{i:02}{}", "y".repeat(50_000));
+    for i in 0..40 {
+        waiter
+            .send("echo", json!([text(i)]))
+            .expect("send behind the await");
+    }
+    assert_eq!(client.ok("freeLocks", json!([j1.owner()])), json!([]));
+    assert_eq!(waiter.read_response().expect("answer"), Ok(json!([])));
+    for i in 0..40 {
+        assert_eq!(waiter.read_response().expect("answer"), Ok(json!(text(i))));
+    }
+    assert_eq!(
+        list_locks(&mut client, j2),
+        request(&[("node/n1", "exclusive")])
+    );
+}
+
 #[test]
 fn a_re_sent_await_replaces_the_held_one() {
     let (wconfd, mut client, jobs) = start(2);
