@@ -11,6 +11,8 @@
 //! whole plan.
 
 pub mod bench;
+pub mod cli;
+pub mod client;
 pub mod daemon;
 pub mod jobs;
 pub mod limits;

@@ -46,6 +46,9 @@ pub enum WconfdRequest {
     ListAllLocks,
     ListAllLocksOwners,
     ListLocksWaitingStatus,
+    /// *(extension)* Every pending request with how long it has waited and
+    /// who blocks it.
+    ListWaiters,
     TryUpdateLocks {
         owner: Owner,
         request: Vec<Entry>,
@@ -118,7 +121,8 @@ impl WconfdRequest {
             | FlushConfig
             | ListAllLocks
             | ListAllLocksOwners
-            | ListLocksWaitingStatus => None,
+            | ListLocksWaitingStatus
+            | ListWaiters => None,
         }
     }
 
@@ -138,6 +142,7 @@ impl WconfdRequest {
             "listAllLocks" => nothing(arity(0)?, ListAllLocks),
             "listAllLocksOwners" => nothing(arity(0)?, ListAllLocksOwners),
             "listLocksWaitingStatus" => nothing(arity(0)?, ListLocksWaitingStatus),
+            "listWaiters" => nothing(arity(0)?, ListWaiters),
             "writeConfig" => {
                 let args = arity(2)?;
                 WriteConfig {
@@ -454,6 +459,24 @@ pub fn encode_pending(pending: &[PendingRequest]) -> Value {
             })
             .collect(),
     )
+}
+
+/// One waiter of `listWaiters` *(extension)*: its pending request as
+/// `listLocksWaitingStatus` lists it, the seconds it has waited, and the
+/// owners that block it, in owner order.
+pub fn encode_waiter(
+    waiter: &PendingRequest,
+    waiting_seconds: f64,
+    blockers: &[impl AsRef<Owner>],
+) -> Value {
+    let request: Vec<Value> = waiter.request.iter().map(encode_entry).collect();
+    json!({
+        "priority": waiter.priority,
+        "owner": encode_owner(&waiter.owner),
+        "request": request,
+        "waiting_seconds": waiting_seconds,
+        "blockers": encode_owners(blockers),
+    })
 }
 
 /// Lock errors are `GenericError`s with Ganeti's texts, as Ganeti's
