@@ -70,6 +70,7 @@ pub fn run(output: &Output) -> CliResult<Exit> {
         output.paint("warden demo:", Some(Style::Bold)),
         root.path().display()
     ));
+    super::launcher::daemon_binaries()?;
     let started = Instant::now();
     let mut daemons = Daemons::start(root.path(), Logs::Files(root.path().to_owned()))?;
     let pids: Vec<String> = daemons
@@ -167,10 +168,10 @@ fn tour(output: &Output, say: &dyn Fn(&str), daemons: &Daemons) -> CliResult<Vec
                     job.id,
                     output.paint(&status, Style::of_status(&status))
                 );
-                if status == "success" {
-                    if let Some(last) = last_log_message(row.get(2)) {
-                        line.push_str(&format!("  (said: {last})"));
-                    }
+                if status == "success"
+                    && let Some(last) = last_log_message(row.get(2))
+                {
+                    line.push_str(&format!("  (said: {last})"));
                 }
                 say(&line);
                 job.status = status;
@@ -178,7 +179,10 @@ fn tour(output: &Output, say: &dyn Fn(&str), daemons: &Daemons) -> CliResult<Vec
         }
         if !lock_table_shown {
             let waiters = wconfd.call("listWaiters", json!([]))?;
-            if waiters.as_array().is_some_and(|waiters| !waiters.is_empty()) {
+            if waiters
+                .as_array()
+                .is_some_and(|waiters| !waiters.is_empty())
+            {
                 say(&format!(
                     "\n  {} a job waits for a lock another job holds:",
                     output.paint("contention!", Some(Style::Yellow))
@@ -253,7 +257,9 @@ fn tour(output: &Output, say: &dyn Fn(&str), daemons: &Daemons) -> CliResult<Vec
         })
         .collect();
     for line in output.table_lines(
-        &["ID", "FILE", "OPCODES", "STATUS", "WAITED", "RAN", "VERDICT"],
+        &[
+            "ID", "FILE", "OPCODES", "STATUS", "WAITED", "RAN", "VERDICT",
+        ],
         &table,
     ) {
         say(&format!("  {line}"));

@@ -147,14 +147,19 @@ fn print_submitted(output: &Output, ids: &[u64]) {
     if output.json {
         output.json_value(&json!({ "jobs": ids }), false);
     } else if let [id] = ids {
-        output.line(&format!("submitted job {id}; follow it with: warden watch {id}"));
+        output.line(&format!(
+            "submitted job {id}; follow it with: warden watch {id}"
+        ));
     } else {
         output.line(&format!("submitted jobs {}", join_ids(ids)));
     }
 }
 
 fn join_ids(ids: &[u64]) -> String {
-    ids.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+    ids.iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `exec [options] -- PROGRAM ARGS...`.
@@ -198,9 +203,9 @@ fn exec_opcode(args: &ExecArgs) -> CliResult<Value> {
     if !args.env.is_empty() {
         let mut env = Map::new();
         for variable in &args.env {
-            let (name, value) = variable.split_once('=').ok_or_else(|| {
-                CliError::usage(format!("--env {variable}: expected NAME=VALUE"))
-            })?;
+            let (name, value) = variable
+                .split_once('=')
+                .ok_or_else(|| CliError::usage(format!("--env {variable}: expected NAME=VALUE")))?;
             env.insert(name.to_owned(), json!(value));
         }
         opcode.insert("env".to_owned(), Value::Object(env));
@@ -317,7 +322,9 @@ pub fn list(root: &Path, output: &Output, statuses: &[String], archived: bool) -
                 text(job.get("id")).into(),
                 status_cell,
                 text(job.get("priority")).into(),
-                received.map_or("-".to_owned(), |at| format!("{} ago", duration(now - at))).into(),
+                received
+                    .map_or("-".to_owned(), |at| format!("{} ago", duration(now - at)))
+                    .into(),
                 ran.into(),
                 summary(job.get("summary")).into(),
             ]
@@ -376,7 +383,9 @@ pub fn info(root: &Path, output: &Output, id: u64) -> CliResult {
         times.push(vec!["received".into(), utc_time(at).into(), "".into()]);
     }
     if let Some(at) = started {
-        let waited = received.map_or(String::new(), |from| format!("after {}", duration(at - from)));
+        let waited = received.map_or(String::new(), |from| {
+            format!("after {}", duration(at - from))
+        });
         times.push(vec!["started".into(), utc_time(at).into(), waited.into()]);
     }
     if let Some(at) = ended {
@@ -409,7 +418,12 @@ pub fn info(root: &Path, output: &Output, id: u64) -> CliResult {
         if let Some(result) = results.get(index).filter(|result| !result.is_null()) {
             output.line(&format!("  result  {}", compact(result)));
         }
-        for entry in logs.get(index).and_then(Value::as_array).into_iter().flatten() {
+        for entry in logs
+            .get(index)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             output.line(&format!("  {}", log_line(output, entry)));
         }
     }
@@ -490,8 +504,12 @@ pub fn follow(luxid: &mut Client, output: &Output, id: u64) -> CliResult<Exit> {
         if *values != previous {
             status_line.clear();
             if output.json {
-                output.json_value(&json!({"event": "status", "id": id, "status": status}), true);
-            } else if !output.is_terminal() || Status::parse(&status).is_some_and(Status::is_final) {
+                output.json_value(
+                    &json!({"event": "status", "id": id, "status": status}),
+                    true,
+                );
+            } else if !output.is_terminal() || Status::parse(&status).is_some_and(Status::is_final)
+            {
                 output.line(&format!(
                     "{} {}",
                     output.paint("status", Some(Style::Dim)),
@@ -572,10 +590,10 @@ impl<'a> StatusLine<'a> {
 /// A log entry (`[serial, [secs, usecs], type, message]`) for people:
 /// `10:03:12.345  hello`.
 fn log_line(output: &Output, entry: &Value) -> String {
-    let at = entry.get(1).and_then(timestamp_secs).map_or_else(
-        || "?".to_owned(),
-        |secs| utc_time(secs)[11..23].to_owned(),
-    );
+    let at = entry
+        .get(1)
+        .and_then(timestamp_secs)
+        .map_or_else(|| "?".to_owned(), |secs| utc_time(secs)[11..23].to_owned());
     let kind = entry.get(2).and_then(Value::as_str).unwrap_or("message");
     let message = match entry.get(3) {
         Some(Value::String(text)) => text.clone(),
@@ -607,11 +625,19 @@ pub fn cancel(root: &Path, output: &Output, id: u64, kill: bool) -> CliResult {
     let args = if kill { json!([id, true]) } else { json!([id]) };
     let answer = luxid.call("CancelJob", args)?;
     let (done, message) = success_and_message("CancelJob", &answer)?;
+    if !done && !kill && message.contains("no longer waiting") {
+        return Err(CliError::refused(format!(
+            "{message}; its running program goes on: `warden cancel --kill {id}` stops it"
+        )));
+    }
     if !done {
         return Err(CliError::refused(message));
     }
     if output.json {
-        output.json_value(&json!({"id": id, "canceled": true, "message": message}), false);
+        output.json_value(
+            &json!({"id": id, "canceled": true, "message": message}),
+            false,
+        );
     } else {
         output.line(&message);
     }
@@ -690,7 +716,10 @@ pub fn priority(root: &Path, output: &Output, id: u64, priority: i64) -> CliResu
         return Err(CliError::refused(message));
     }
     if output.json {
-        output.json_value(&json!({"id": id, "priority": priority, "message": message}), false);
+        output.json_value(
+            &json!({"id": id, "priority": priority, "message": message}),
+            false,
+        );
     } else {
         output.line(&message);
     }
@@ -768,7 +797,10 @@ mod tests {
     fn lock_specs_become_lock_entries() {
         assert_eq!(lock_entry("node/n1"), json!(["node/n1", "exclusive"]));
         assert_eq!(lock_entry("node/n1:shared"), json!(["node/n1", "shared"]));
-        assert_eq!(lock_entry("node/n1:exclusive"), json!(["node/n1", "exclusive"]));
+        assert_eq!(
+            lock_entry("node/n1:exclusive"),
+            json!(["node/n1", "exclusive"])
+        );
     }
 
     #[test]
@@ -779,7 +811,11 @@ mod tests {
             json!([12, ["success", "error"]])
         );
         for bad in ["x", "12:running", "12:bogus", ":success"] {
-            assert_eq!(dependency_entry(bad).unwrap_err().exit, Exit::Usage, "{bad}");
+            assert_eq!(
+                dependency_entry(bad).unwrap_err().exit,
+                Exit::Usage,
+                "{bad}"
+            );
         }
     }
 
@@ -806,7 +842,13 @@ mod tests {
             classify(&json!([[{"OP_ID": "OP_EXEC"}], [{"OP_ID": "OP_EXEC"}]])),
             Ok(JobFile::Many(jobs)) if jobs.len() == 2
         ));
-        for bad in [json!([]), json!({}), json!([1]), json!([[], {}]), json!("x")] {
+        for bad in [
+            json!([]),
+            json!({}),
+            json!([1]),
+            json!([[], {}]),
+            json!("x"),
+        ] {
             assert!(classify(&bad).is_err(), "{bad}");
         }
     }

@@ -69,10 +69,16 @@ impl Daemons {
     pub fn start(root: &Path, logs: Logs) -> CliResult<Daemons> {
         let binaries = daemon_binaries()?;
         std::fs::create_dir_all(root).map_err(|error| {
-            CliError::failure(format!("cannot create the root {}: {error}", root.display()))
+            CliError::failure(format!(
+                "cannot create the root {}: {error}",
+                root.display()
+            ))
         })?;
         let root = root.canonicalize().map_err(|error| {
-            CliError::failure(format!("cannot resolve the root {}: {error}", root.display()))
+            CliError::failure(format!(
+                "cannot resolve the root {}: {error}",
+                root.display()
+            ))
         })?;
         if Client::connect(&root, Daemon::Wconfd, 4096).is_ok() {
             return Err(CliError::failure(format!(
@@ -121,7 +127,10 @@ impl Daemons {
             }
         }
         let mut child = command.spawn().map_err(|error| {
-            CliError::failure(format!("cannot start {}: {error}", binaries.join(name).display()))
+            CliError::failure(format!(
+                "cannot start {}: {error}",
+                binaries.join(name).display()
+            ))
         })?;
         if let Some(stderr) = child.stderr.take() {
             std::thread::Builder::new()
@@ -228,12 +237,12 @@ impl Daemons {
                     if signals.pending().next().is_some() {
                         return Ok(None);
                     }
-                } else if let Some(running) = self.running.get_mut(event.token().0) {
-                    if let Ok(Some(status)) = running.child.try_wait() {
-                        let daemon = running.daemon;
-                        self.running.remove(event.token().0);
-                        return Ok(Some((daemon, status)));
-                    }
+                } else if let Some(running) = self.running.get_mut(event.token().0)
+                    && let Ok(Some(status)) = running.child.try_wait()
+                {
+                    let daemon = running.daemon;
+                    self.running.remove(event.token().0);
+                    return Ok(Some((daemon, status)));
                 }
             }
         }
@@ -319,7 +328,7 @@ pub fn describe(status: ExitStatus) -> String {
 /// `cargo run`, which builds only `warden`, missing ones are built first
 /// (`cargo build --bins`, same profile), so that `cargo run --bin warden --
 /// demo` works on a fresh checkout.
-fn daemon_binaries() -> CliResult<PathBuf> {
+pub fn daemon_binaries() -> CliResult<PathBuf> {
     let exe = std::env::current_exe()
         .map_err(|error| CliError::failure(format!("cannot find warden's executable: {error}")))?;
     let dir = exe
@@ -363,10 +372,14 @@ fn build_under_cargo(dir: &Path) {
         .arg("--bins")
         .arg("--manifest-path")
         .arg(Path::new(&manifest_dir).join("Cargo.toml"));
-    if dir.file_name().is_some_and(|name| name == "release") {
+    let release = dir.file_name().is_some_and(|name| name == "release");
+    if release {
         command.arg("--release");
     }
-    eprintln!("warden: building the daemons beside warden ({command:?})");
+    eprintln!(
+        "warden: building wconfd, luxid and job-runner first (cargo build --bins{})",
+        if release { " --release" } else { "" }
+    );
     if let Err(error) = command.status() {
         eprintln!("warden: cannot run cargo: {error}");
     }

@@ -173,9 +173,17 @@ fn table_lines(output: &Output, table: &Table) -> Vec<String> {
                 ]);
             }
             for (index, (owner, mode)) in lock.holders.iter().enumerate() {
-                let name = if index == 0 { lock.name.clone() } else { String::new() };
+                let name = if index == 0 {
+                    lock.name.clone()
+                } else {
+                    String::new()
+                };
                 let style = (mode == "exclusive").then_some(Style::Yellow);
-                rows.push(vec![name.into(), owner.label().into(), Cell::styled(mode, style)]);
+                rows.push(vec![
+                    name.into(),
+                    owner.label().into(),
+                    Cell::styled(mode, style),
+                ]);
             }
         }
         lines.extend(output.table_lines(&["LOCK", "OWNER", "MODE"], &rows));
@@ -195,10 +203,8 @@ fn table_lines(output: &Output, table: &Table) -> Vec<String> {
                 ]
             })
             .collect();
-        lines.extend(output.table_lines(
-            &["WAITER", "PRIO", "WAITING", "FOR", "BLOCKED BY"],
-            &rows,
-        ));
+        lines
+            .extend(output.table_lines(&["WAITER", "PRIO", "WAITING", "FOR", "BLOCKED BY"], &rows));
     }
     lines
 }
@@ -310,18 +316,33 @@ fn branch(
     let children: Vec<&Waiter> = blocked_by(table, owner).collect();
     for (index, waiter) in children.iter().enumerate() {
         let last = index + 1 == children.len();
-        let (fork, next) = if last { ("└─ ", "   ") } else { ("├─ ", "│  ") };
+        let (fork, next) = if last {
+            ("└─ ", "   ")
+        } else {
+            ("├─ ", "│  ")
+        };
         let cycle = path.contains(&waiter.owner);
         lines.push(format!(
             "{indent}{fork}{}  waits {} for {}{}",
             waiter.owner.label(),
             output.paint(&duration(waiter.waiting_seconds), Some(Style::Cyan)),
             request_text(waiter),
-            if cycle { "  (deadlock: already above)" } else { "" }
+            if cycle {
+                "  (deadlock: already above)"
+            } else {
+                ""
+            }
         ));
         if !cycle {
             path.push(waiter.owner.clone());
-            branch(output, table, &waiter.owner, &format!("{indent}{next}"), path, lines);
+            branch(
+                output,
+                table,
+                &waiter.owner,
+                &format!("{indent}{next}"),
+                path,
+                lines,
+            );
             path.pop();
         }
     }
@@ -379,7 +400,11 @@ pub fn status(root: &Path, output: &Output) -> CliResult<Exit> {
                 .iter()
                 .flat_map(|lock| lock.holders.iter().map(|(owner, _)| owner))
                 .collect();
-            let held = table.locks.iter().filter(|lock| !lock.holders.is_empty()).count();
+            let held = table
+                .locks
+                .iter()
+                .filter(|lock| !lock.holders.is_empty())
+                .count();
             (held, owners.len(), table.waiters.len())
         }
         Err(_) => (0, 0, 0),
@@ -429,7 +454,11 @@ pub fn status(root: &Path, output: &Output) -> CliResult<Exit> {
             .collect();
         let rows = vec![
             vec!["root".into(), "".into(), root.display().to_string().into()],
-            vec!["wconfd".into(), up(wconfd.is_ok()), socket(Daemon::Wconfd).into()],
+            vec![
+                "wconfd".into(),
+                up(wconfd.is_ok()),
+                socket(Daemon::Wconfd).into(),
+            ],
             vec!["luxid".into(), up(luxid.is_ok()), luxid_note.into()],
             vec![
                 "jobs".into(),
@@ -449,7 +478,10 @@ pub fn status(root: &Path, output: &Output) -> CliResult<Exit> {
                 if wconfd.is_err() {
                     "-".to_owned()
                 } else {
-                    format!("{held} held by {owners} owners, {waiters} waiting")
+                    format!(
+                        "{held} held by {owners} owner{}, {waiters} waiting",
+                        if owners == 1 { "" } else { "s" }
+                    )
                 }
                 .into(),
             ],

@@ -20,6 +20,7 @@ use serde_json::Value;
 use crate::client::{Client, ClientError, Daemon};
 use crate::limits::LUXID_FRAME_BYTES_MAX_DEFAULT;
 
+pub use demo::EXAMPLES;
 pub use output::Output;
 
 /// warden runs jobs as processes that take locks from a lock daemon.
@@ -87,7 +88,7 @@ enum Command {
     Cancel {
         /// The job id
         id: u64,
-        /// Also stop a running job (SIGTERM to its runner)
+        /// Also stop a running job: SIGKILL to its processes; it ends `error`
         #[arg(long)]
         kill: bool,
     },
@@ -123,9 +124,7 @@ enum Command {
     /// Are the daemons up; jobs per status; locks held and waited for
     Status,
     /// Print a shell completion script (e.g. `warden completions bash > /etc/bash_completion.d/warden`)
-    Completions {
-        shell: clap_complete::Shell,
-    },
+    Completions { shell: clap_complete::Shell },
 }
 
 /// The exit codes of `warden` (also in `--help`).
@@ -237,7 +236,12 @@ fn execute(cli: &Cli, root: &Path, output: &Output) -> CliResult<Exit> {
         Command::Locks { tree } => done(locks::locks(root, output, *tree)),
         Command::Status => locks::status(root, output),
         Command::Completions { shell } => {
-            clap_complete::generate(*shell, &mut Cli::command(), "warden", &mut std::io::stdout());
+            clap_complete::generate(
+                *shell,
+                &mut Cli::command(),
+                "warden",
+                &mut std::io::stdout(),
+            );
             Ok(Exit::Success)
         }
     }
@@ -263,7 +267,11 @@ fn default_root() -> CliResult<PathBuf> {
 
 /// Connects to a daemon of `root`.
 fn connect(root: &Path, daemon: Daemon) -> CliResult<Client> {
-    Ok(Client::connect(root, daemon, LUXID_FRAME_BYTES_MAX_DEFAULT)?)
+    Ok(Client::connect(
+        root,
+        daemon,
+        LUXID_FRAME_BYTES_MAX_DEFAULT,
+    )?)
 }
 
 #[cfg(test)]
