@@ -305,7 +305,7 @@ mod tests {
     #[test]
     fn timestamps_are_utc_dates() {
         assert_eq!(utc_time(0.0), "1970-01-01 00:00:00.000Z");
-        assert_eq!(utc_time(1_796_033_792.5), "2026-11-30 10:23:12.500Z");
+        assert_eq!(utc_time(1_796_034_192.5), "2026-11-30 10:23:12.500Z");
         assert_eq!(utc_time(951_782_400.0), "2000-02-29 00:00:00.000Z");
         assert_eq!(
             timestamp_secs(&serde_json::json!([10, 500_000])),

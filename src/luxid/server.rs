@@ -778,7 +778,10 @@ impl Server {
                         .collect(),
                 ))
             }),
-            other => Err(WireError::generic(format!("unknown method '{other}'"))),
+            other => Err(WireError::generic(format!(
+                "unknown method '{}'",
+                crate::protocol::shortened(other)
+            ))),
         })
     }
 

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Args, Request, WireError};
+use super::{Args, Request, WireError, shortened};
 use crate::locks::{
     Action, Entry, Ident, Level, LockError, LockName, Mode, Owner, PendingRequest, Priority,
 };
@@ -268,16 +268,6 @@ fn nothing(_: Args<'_>, request: WconfdRequest) -> WconfdRequest {
     request
 }
 
-/// Error texts quote at most this much of a client's string.
-const QUOTED_CHARS_MAX: usize = 100;
-
-fn shortened(text: &str) -> String {
-    match text.char_indices().nth(QUOTED_CHARS_MAX) {
-        Some((end, _)) => format!("{}...", &text[..end]),
-        None => text.to_owned(),
-    }
-}
-
 fn owner(args: &Args<'_>, index: usize) -> Result<Owner, WireError> {
     decode_owner(args.get(index)).map_err(|what| args.bad(index, what))
 }
@@ -328,7 +318,8 @@ fn config(args: &Args<'_>, index: usize) -> Result<Value, WireError> {
 }
 
 fn level(args: &Args<'_>, index: usize) -> Result<Level, WireError> {
-    Level::parse(args.string(index)?).map_err(|error| args.bad(index, error))
+    Level::parse(args.string(index)?)
+        .map_err(|error| args.bad(index, format!("is not a level: {error}")))
 }
 
 fn bounded_list<'a>(
@@ -359,7 +350,7 @@ pub fn decode_lock(value: &Value) -> Result<LockName, String> {
     let text = value
         .as_str()
         .ok_or("has a lock name that is not a string")?;
-    LockName::parse(text).map_err(|error| error.to_string())
+    LockName::parse(text).map_err(|error| format!("has a bad lock name: {error}"))
 }
 
 /// A request entry, `[lockname, "shared" | "exclusive" | "release"]`.
