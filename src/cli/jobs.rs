@@ -459,9 +459,8 @@ pub fn watch(root: &Path, output: &Output, id: u64) -> CliResult<Exit> {
 /// ends `success`.
 pub fn follow(luxid: &mut Client, output: &Output, id: u64) -> CliResult<Exit> {
     let watching_since = Instant::now();
-    let received = query_one(luxid, id, &["status", "received_ts"])?
-        .get("received_ts")
-        .and_then(timestamp_secs);
+    let start = query_one(luxid, id, &["status", "received_ts", "oplog"])?;
+    let received = start.get("received_ts").and_then(timestamp_secs);
     let elapsed = || match received {
         Some(at) => now_secs() - at,
         None => watching_since.elapsed().as_secs_f64(),
@@ -474,54 +473,62 @@ pub fn follow(luxid: &mut Client, output: &Output, id: u64) -> CliResult<Exit> {
     let mut previous = Value::Null;
     let mut log_serial = 0u64;
     let mut status_line = StatusLine::new(output);
-    let status = loop {
-        let answer = luxid
-            .call(
-                "WaitForJobChange",
-                json!([id, ["status"], previous, log_serial, poll.as_secs_f64()]),
-            )
-            .map_err(|error| match CliError::from(error) {
-                error if error.exit == Exit::Refused => unknown_job(id),
-                error => error,
-            })?;
-        let Some([values, log]) = answer.as_array().map(Vec::as_slice) else {
-            // "nochange": nothing new within the poll.
-            status_line.show(&text(previous.get(0)), elapsed());
-            continue;
-        };
-        for entry in log.as_array().into_iter().flatten() {
-            if let Some(serial) = entry.get(0).and_then(Value::as_u64) {
-                log_serial = log_serial.max(serial);
-            }
-            status_line.clear();
-            if output.json {
-                output.json_value(&log_event(entry), true);
-            } else {
-                output.line(&log_line(output, entry));
-            }
+    // A finished job (perhaps archived, which WaitForJobChange does not
+    // see) has its whole log at hand.
+    let first_status = text(start.get("status"));
+    let status = if Status::parse(&first_status).is_some_and(Status::is_final) {
+        let entries = start
+            .get("oplog")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_array)
+            .flatten();
+        for entry in entries {
+            print_log_entry(output, entry);
         }
-        let status = text(values.get(0));
-        if *values != previous {
-            status_line.clear();
-            if output.json {
-                output.json_value(
-                    &json!({"event": "status", "id": id, "status": status}),
-                    true,
-                );
-            } else if !output.is_terminal() || Status::parse(&status).is_some_and(Status::is_final)
-            {
-                output.line(&format!(
-                    "{} {}",
-                    output.paint("status", Some(Style::Dim)),
-                    output.paint(&status, Style::of_status(&status))
-                ));
+        print_status(output, id, &first_status);
+        first_status
+    } else {
+        loop {
+            let answer = luxid
+                .call(
+                    "WaitForJobChange",
+                    json!([id, ["status"], previous, log_serial, poll.as_secs_f64()]),
+                )
+                .map_err(|error| match CliError::from(error) {
+                    error if error.exit == Exit::Refused => unknown_job(id),
+                    error => error,
+                })?;
+            let Some([values, log]) = answer.as_array().map(Vec::as_slice) else {
+                // "nochange": nothing new within the poll.
+                status_line.show(&text(previous.get(0)), elapsed());
+                continue;
+            };
+            for entry in log.as_array().into_iter().flatten() {
+                if let Some(serial) = entry.get(0).and_then(Value::as_u64) {
+                    log_serial = log_serial.max(serial);
+                }
+                status_line.clear();
+                print_log_entry(output, entry);
             }
-            previous = values.clone();
+            let status = text(values.get(0));
+            if *values != previous {
+                status_line.clear();
+                // On a terminal the status line shows the status meanwhile.
+                if output.json
+                    || !output.is_terminal()
+                    || Status::parse(&status).is_some_and(Status::is_final)
+                {
+                    print_status(output, id, &status);
+                }
+                previous = values.clone();
+            }
+            if Status::parse(&status).is_some_and(Status::is_final) {
+                break status;
+            }
+            status_line.show(&status, elapsed());
         }
-        if Status::parse(&status).is_some_and(Status::is_final) {
-            break status;
-        }
-        status_line.show(&status, elapsed());
     };
     status_line.clear();
     let job = query_one(luxid, id, &["status", "received_ts", "start_ts", "end_ts"])?;
@@ -549,6 +556,29 @@ pub fn follow(luxid: &mut Client, output: &Output, id: u64) -> CliResult<Exit> {
     } else {
         Exit::Unsuccessful
     })
+}
+
+fn print_log_entry(output: &Output, entry: &Value) {
+    if output.json {
+        output.json_value(&log_event(entry), true);
+    } else {
+        output.line(&log_line(output, entry));
+    }
+}
+
+fn print_status(output: &Output, id: u64, status: &str) {
+    if output.json {
+        output.json_value(
+            &json!({"event": "status", "id": id, "status": status}),
+            true,
+        );
+    } else {
+        output.line(&format!(
+            "{} {}",
+            output.paint("status", Some(Style::Dim)),
+            output.paint(status, Style::of_status(status))
+        ));
+    }
 }
 
 /// The line `watch` keeps at the bottom of a terminal: status and elapsed

@@ -434,6 +434,11 @@ fn job_commands_print_stable_json() {
 
     let archived = json_of(&root, &["archive", &ok.to_string()]);
     assert_eq!(archived, json!({"id": ok, "archived": true}));
+    // A finished job, archived or not, is watched from its file: its whole
+    // log, then its end.
+    let watched = expect(&root, &["watch", &ok.to_string()], SUCCESS);
+    assert!(stdout(&watched).contains("hi"), "{}", stdout(&watched));
+    expect(&root, &["watch", &failing.to_string()], UNSUCCESSFUL);
     let listed = json_of(&root, &["list", "--archived", "--status", "success"]);
     assert!(
         listed
