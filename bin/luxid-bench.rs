@@ -77,9 +77,11 @@ use warden::settings::SETTINGS_FILE_NAME;
 use warden::wconfd::LIVELOCK_DIR;
 
 const USAGE: &str = "\
-usage: luxid-bench [throughput|latency|restart] [--runs N] [--quick] [--dir DIR]
-  --dir DIR  where the temporary roots go (default: the temp directory);
-             its file system's fsync cost bounds every submit";
+usage: luxid-bench [throughput|latency|restart] [--runs N] [--quick] [--dir DIR] [--runner PATH]
+  --dir DIR      where the temporary roots go (default: the temp directory);
+                 its file system's fsync cost bounds every submit
+  --runner PATH  the job-runner luxid starts (its `runner_path` setting;
+                 default: the one beside luxid)";
 
 /// Runs per scenario unless `--runs` says otherwise: enough for a median to
 /// shrug off one disturbed run.
@@ -204,6 +206,8 @@ struct Options {
     quick: bool,
     /// Parent of the temporary roots.
     dir: PathBuf,
+    /// The runner luxid starts, if not the one beside it.
+    runner: Option<PathBuf>,
     command_line: String,
 }
 
@@ -215,6 +219,7 @@ impl Invocation {
             runs: RUNS_DEFAULT,
             quick: false,
             dir: std::env::temp_dir(),
+            runner: None,
             command_line: std::iter::once("luxid-bench")
                 .chain(args.iter().map(String::as_str))
                 .collect::<Vec<_>>()
@@ -234,6 +239,10 @@ impl Invocation {
                     };
                 }
                 "--dir" => options.dir = PathBuf::from(args.next().ok_or("--dir needs a path")?),
+                "--runner" => {
+                    options.runner =
+                        Some(PathBuf::from(args.next().ok_or("--runner needs a path")?));
+                }
                 name => {
                     let scenario = Scenario::ALL
                         .into_iter()
@@ -287,8 +296,11 @@ impl Sizes {
 struct Bench {
     wconfd: PathBuf,
     luxid: PathBuf,
-    /// Not started by the bench: luxid starts it (beside its own binary).
+    /// Not started by the bench: luxid starts it (beside its own binary,
+    /// or as `--runner` says).
     runner: PathBuf,
+    /// `--runner`: written into each root's settings as `runner_path`.
+    runner_setting: Option<PathBuf>,
     workspace: Workspace,
     sizes: &'static Sizes,
     runs: usize,
@@ -311,10 +323,18 @@ impl Bench {
                 ))
             }
         });
+        let runner_setting = match &options.runner {
+            Some(path) => Some(
+                path.canonicalize()
+                    .context(|| format!("no runner at {}", path.display()))?,
+            ),
+            None => None,
+        };
         Ok(Bench {
             wconfd: wconfd?,
             luxid: luxid?,
-            runner: runner?,
+            runner: runner_setting.clone().map_or(runner, Ok)?,
+            runner_setting,
             workspace: Workspace::create(&options.dir)?,
             sizes: if options.quick {
                 &Sizes::QUICK
@@ -326,6 +346,11 @@ impl Bench {
             command_line: options.command_line.clone(),
         })
     }
+}
+
+/// A path as a TOML basic string.
+fn toml_string(path: &Path) -> String {
+    serde_json::to_string(&path.to_string_lossy()).expect("a string always serialises")
 }
 
 // ---------------------------------------------------------------------------
@@ -910,8 +935,11 @@ impl Cluster {
         let root = dir.join("root");
         fs::create_dir_all(&root).context(|| format!("cannot create {}", root.display()))?;
         let settings = root.join(SETTINGS_FILE_NAME);
-        fs::write(&settings, SETTINGS)
-            .context(|| format!("cannot write {}", settings.display()))?;
+        let mut text = SETTINGS.to_owned();
+        if let Some(runner) = &bench.runner_setting {
+            text.push_str(&format!("runner_path = {}\n", toml_string(runner)));
+        }
+        fs::write(&settings, text).context(|| format!("cannot write {}", settings.display()))?;
         Ok(Cluster {
             wconfd: Daemon::new("wconfd", &bench.wconfd, &dir, &root),
             luxid: Daemon::new("luxid", &bench.luxid, &dir, &root),

@@ -1,7 +1,9 @@
 //! warden: a job executor with a lock-daemon core.
 //!
 //! The library holds everything the binaries in `bin/` run: the pure lock
-//! core ([`locks`]), the wire protocol ([`protocol`]), what both daemons share at their edges ([`daemon`]), durable files
+//! core ([`locks`]), the wire protocol ([`protocol`]), a client of both
+//! daemons ([`client`]), the `warden` command ([`cli`]), what both daemons
+//! share at their edges ([`daemon`]), durable files
 //! ([`store`]), the wconfd daemon ([`wconfd`]), the job runner that runs
 //! one job's opcodes ([`runner`]), the settings file
 //! `warden.toml` ([`settings`]), livelock files and the death probe
@@ -11,6 +13,8 @@
 //! whole plan.
 
 pub mod bench;
+pub mod cli;
+pub mod client;
 pub mod daemon;
 pub mod jobs;
 pub mod limits;

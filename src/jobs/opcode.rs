@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::{JobId, Status};
 use crate::locks::{LockName, Mode};
+use crate::protocol::shortened;
 
 pub const OP_TEST_DELAY: &str = "OP_TEST_DELAY";
 pub const OP_EXEC: &str = "OP_EXEC";
@@ -115,7 +116,10 @@ pub fn parse(input: &Value) -> Result<Opcode, OpcodeError> {
         OP_TEST_DELAY => (OP_TEST_DELAY, &TEST_DELAY_FIELDS),
         OP_EXEC => (OP_EXEC, &EXEC_FIELDS),
         other => {
-            return Err(OpcodeError(format!("Unknown opcode '{}'", quoted(other))));
+            return Err(OpcodeError(format!(
+                "Unknown opcode '{}'",
+                shortened(other)
+            )));
         }
     };
     let fields = Fields { op_id, fields };
@@ -124,7 +128,7 @@ pub fn parse(input: &Value) -> Result<Opcode, OpcodeError> {
         if name != "OP_ID" && !COMMON_FIELDS.contains(&name) && !own_fields.contains(&name) {
             return Err(OpcodeError(format!(
                 "Parameter '{op_id}.{}' is unknown",
-                quoted(name)
+                shortened(name)
             )));
         }
     }
@@ -160,16 +164,6 @@ const TEST_DELAY_FIELDS: [&str; 7] = [
 const EXEC_FIELDS: [&str; 6] = ["argv", "env", "cwd", "timeout", "locks", "stdin"];
 
 pub use crate::limits::EXEC_TIMEOUT_SECS_MAX;
-
-/// Error texts quote at most this many characters of a submitted string.
-const QUOTED_CHARS_MAX: usize = 100;
-
-fn quoted(text: &str) -> String {
-    match text.char_indices().nth(QUOTED_CHARS_MAX) {
-        Some((end, _)) => format!("{}...", &text[..end]),
-        None => text.to_owned(),
-    }
-}
 
 /// The fields of one opcode, with errors naming the opcode and the field
 /// the way Ganeti does (`Parameter 'OP_TEST_DELAY.duration' ...`).
@@ -366,9 +360,10 @@ fn parse_exec(fields: &Fields<'_>) -> Result<Exec, OpcodeError> {
             .iter()
             .map(|(name, value)| {
                 if name.is_empty() || name.contains(['=', '\0']) {
-                    return Err(
-                        fields.bad("env", format!("'{}' is not a variable name", quoted(name)))
-                    );
+                    return Err(fields.bad(
+                        "env",
+                        format!("'{}' is not a variable name", shortened(name)),
+                    ));
                 }
                 Ok((name.clone(), fields.os_string("env", value)?))
             })

@@ -31,7 +31,7 @@ pub enum DaemonError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("wconfd must run on the same root first: {0}")]
-    NoWconfd(crate::wconfd::client::ClientError),
+    NoWconfd(crate::client::ClientError),
     #[error("{what} {path}: {source}")]
     Io {
         what: &'static str,
@@ -77,8 +77,11 @@ pub fn start(root: &Path) -> Result<Server, DaemonError> {
         });
     }
     // luxid's jobs take their locks from wconfd: without it nothing runs.
-    if let Err(error) = crate::wconfd::client::Client::connect(root, settings.luxid.frame_bytes_max)
-    {
+    if let Err(error) = crate::client::Client::connect(
+        root,
+        crate::client::Daemon::Wconfd,
+        settings.luxid.frame_bytes_max,
+    ) {
         return Err(DaemonError::NoWconfd(error));
     }
     let (queue, loaded) = Queue::open(root)?;

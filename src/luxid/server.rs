@@ -30,6 +30,7 @@ use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR2};
 use signal_hook_mio::v1_0::Signals;
 
 use super::{DaemonError, io_error};
+use crate::client::{Client as WconfdClient, ClientError, Daemon};
 use crate::daemon::{self, Admission};
 use crate::jobs::opcode::{self, SUBMIT_PRIORITIES};
 use crate::jobs::{FIELDS, Job, JobId, QueuedOpcode, Status, Timestamp};
@@ -41,7 +42,6 @@ use crate::protocol::{
 use crate::queue::{self, FinishedJob, Queue, parse_job_file_name};
 use crate::settings::Settings;
 use crate::sys::{self, PeerCredentials};
-use crate::wconfd::client::{Client as WconfdClient, ClientError};
 
 const LISTENER: Token = Token(0);
 const SIGNALS: Token = Token(1);
@@ -778,7 +778,10 @@ impl Server {
                         .collect(),
                 ))
             }),
-            other => Err(WireError::generic(format!("unknown method '{other}'"))),
+            other => Err(WireError::generic(format!(
+                "unknown method '{}'",
+                crate::protocol::shortened(other)
+            ))),
         })
     }
 
@@ -1449,7 +1452,11 @@ impl Server {
             let mut client = match self.wconfd.take() {
                 Some(client) => client,
                 None => {
-                    match WconfdClient::connect(&self.root, self.settings.luxid.frame_bytes_max) {
+                    match WconfdClient::connect(
+                        &self.root,
+                        Daemon::Wconfd,
+                        self.settings.luxid.frame_bytes_max,
+                    ) {
                         Ok(client) => client,
                         Err(error) => {
                             tracing::warn!(job = job.id, %error, "cannot ask wconfd to free a dead job's locks");
@@ -1463,7 +1470,7 @@ impl Server {
                     self.wconfd = Some(client);
                     return;
                 }
-                Err(ClientError::Io(_)) => continue,
+                Err(ClientError::Io { .. }) => continue,
                 Err(error) => {
                     tracing::warn!(job = job.id, %error, "wconfd refused to free a dead job's locks");
                     self.wconfd = Some(client);

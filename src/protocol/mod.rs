@@ -160,6 +160,18 @@ impl<'a> Args<'a> {
     }
 }
 
+/// Error texts quote at most this many characters of a client's string.
+const QUOTED_CHARS_MAX: usize = 100;
+
+/// A client's string as an error text quotes it: at most
+/// [`QUOTED_CHARS_MAX`] characters, then `...`.
+pub fn shortened(text: &str) -> String {
+    match text.char_indices().nth(QUOTED_CHARS_MAX) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

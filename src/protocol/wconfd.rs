@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Args, Request, WireError};
+use super::{Args, Request, WireError, shortened};
 use crate::locks::{
     Action, Entry, Ident, Level, LockError, LockName, Mode, Owner, PendingRequest, Priority,
 };
@@ -46,6 +46,9 @@ pub enum WconfdRequest {
     ListAllLocks,
     ListAllLocksOwners,
     ListLocksWaitingStatus,
+    /// *(extension)* Every pending request with how long it has waited and
+    /// who blocks it.
+    ListWaiters,
     TryUpdateLocks {
         owner: Owner,
         request: Vec<Entry>,
@@ -118,7 +121,8 @@ impl WconfdRequest {
             | FlushConfig
             | ListAllLocks
             | ListAllLocksOwners
-            | ListLocksWaitingStatus => None,
+            | ListLocksWaitingStatus
+            | ListWaiters => None,
         }
     }
 
@@ -138,6 +142,7 @@ impl WconfdRequest {
             "listAllLocks" => nothing(arity(0)?, ListAllLocks),
             "listAllLocksOwners" => nothing(arity(0)?, ListAllLocksOwners),
             "listLocksWaitingStatus" => nothing(arity(0)?, ListLocksWaitingStatus),
+            "listWaiters" => nothing(arity(0)?, ListWaiters),
             "writeConfig" => {
                 let args = arity(2)?;
                 WriteConfig {
@@ -263,16 +268,6 @@ fn nothing(_: Args<'_>, request: WconfdRequest) -> WconfdRequest {
     request
 }
 
-/// Error texts quote at most this much of a client's string.
-const QUOTED_CHARS_MAX: usize = 100;
-
-fn shortened(text: &str) -> String {
-    match text.char_indices().nth(QUOTED_CHARS_MAX) {
-        Some((end, _)) => format!("{}...", &text[..end]),
-        None => text.to_owned(),
-    }
-}
-
 fn owner(args: &Args<'_>, index: usize) -> Result<Owner, WireError> {
     decode_owner(args.get(index)).map_err(|what| args.bad(index, what))
 }
@@ -323,7 +318,8 @@ fn config(args: &Args<'_>, index: usize) -> Result<Value, WireError> {
 }
 
 fn level(args: &Args<'_>, index: usize) -> Result<Level, WireError> {
-    Level::parse(args.string(index)?).map_err(|error| args.bad(index, error))
+    Level::parse(args.string(index)?)
+        .map_err(|error| args.bad(index, format!("is not a level: {error}")))
 }
 
 fn bounded_list<'a>(
@@ -354,7 +350,7 @@ pub fn decode_lock(value: &Value) -> Result<LockName, String> {
     let text = value
         .as_str()
         .ok_or("has a lock name that is not a string")?;
-    LockName::parse(text).map_err(|error| error.to_string())
+    LockName::parse(text).map_err(|error| format!("has a bad lock name: {error}"))
 }
 
 /// A request entry, `[lockname, "shared" | "exclusive" | "release"]`.
@@ -454,6 +450,24 @@ pub fn encode_pending(pending: &[PendingRequest]) -> Value {
             })
             .collect(),
     )
+}
+
+/// One waiter of `listWaiters` *(extension)*: its pending request as
+/// `listLocksWaitingStatus` lists it, the seconds it has waited, and the
+/// owners that block it, in owner order.
+pub fn encode_waiter(
+    waiter: &PendingRequest,
+    waiting_seconds: f64,
+    blockers: &[impl AsRef<Owner>],
+) -> Value {
+    let request: Vec<Value> = waiter.request.iter().map(encode_entry).collect();
+    json!({
+        "priority": waiter.priority,
+        "owner": encode_owner(&waiter.owner),
+        "request": request,
+        "waiting_seconds": waiting_seconds,
+        "blockers": encode_owners(blockers),
+    })
 }
 
 /// Lock errors are `GenericError`s with Ganeti's texts, as Ganeti's

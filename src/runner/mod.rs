@@ -54,6 +54,7 @@ use serde_json::{Value, json};
 use signal_hook::consts::{SIGHUP, SIGTERM, SIGUSR1};
 use signal_hook_mio::v1_0::Signals;
 
+use crate::client::{Client, ClientError, Daemon};
 use crate::jobs::opcode::{self, OpKind, Opcode};
 use crate::jobs::{Job, JobId, LOG_MESSAGE, Status, Timestamp};
 use crate::liveness::{Livelock, job_livelock_name};
@@ -63,7 +64,6 @@ use crate::queue::{self, QUEUE_DIR};
 use crate::settings::Settings;
 use crate::store::StoreError;
 use crate::wconfd::LIVELOCK_DIR;
-use crate::wconfd::client::{Client, ClientError};
 
 use self::dependency::Verdict;
 use self::log::JobLog;
@@ -670,7 +670,11 @@ impl Runner {
     /// The connection to wconfd, made when first needed.
     fn wconfd(&mut self) -> Result<&mut Client, ClientError> {
         if self.wconfd.is_none() {
-            self.wconfd = Some(Client::connect(&self.root, self.frame_bytes_max)?);
+            self.wconfd = Some(Client::connect(
+                &self.root,
+                Daemon::Wconfd,
+                self.frame_bytes_max,
+            )?);
         }
         Ok(self.wconfd.as_mut().expect("just connected"))
     }
@@ -770,7 +774,10 @@ impl Runner {
         self.context
             .registry()
             .register(&mut SourceFd(&fd), WCONFD, Interest::READABLE)
-            .map_err(ClientError::Io)
+            .map_err(|source| ClientError::Io {
+                daemon: Daemon::Wconfd.name(),
+                source,
+            })
     }
 
     fn unwatch_wconfd(&mut self) {

@@ -7,7 +7,6 @@
 //! client that can connect sees a cleaned state ("connect succeeds" means
 //! "ready").
 
-pub mod client;
 mod server;
 
 use std::fs::{self, File, OpenOptions};

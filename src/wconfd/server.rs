@@ -40,7 +40,7 @@ use crate::liveness::{self, Livelock};
 use crate::locks::{Entry, Level, LockManager, LockName, LockOp, Mode, OpOutcome, Owner, Priority};
 use crate::protocol::wconfd::{
     DecodeLimits, WconfdRequest, encode_lock_modes, encode_locks, encode_locks_owners,
-    encode_owners, encode_pending, lock_error,
+    encode_owners, encode_pending, encode_waiter, lock_error,
 };
 use crate::protocol::{FrameReader, WireError, encode_failure, encode_success, parse_request};
 use crate::settings::Settings;
@@ -647,6 +647,7 @@ impl Server {
                 encode_locks_owners(&self.manager.list_all_locks_owners()),
                 encode_pending(&self.manager.list_pending())
             ])),
+            R::ListWaiters => Ok(self.list_waiters()),
             R::HasPendingRequest { owner } => Ok(json!(self.manager.has_pending_request(&owner))),
             R::TryUpdateLocks { owner, request } => {
                 update_reply(self.run(LockOp::TryUpdate { owner, request }))
@@ -1086,6 +1087,26 @@ impl Server {
                 daemon::Asked::Dump => self.dump(),
             }
         }
+    }
+
+    /// `listWaiters` *(extension)*: each pending request with its wait so
+    /// far and its blockers.
+    fn list_waiters(&self) -> Value {
+        let now = Instant::now();
+        Value::Array(
+            self.manager
+                .list_pending()
+                .iter()
+                .map(|waiter| {
+                    let waited = self
+                        .waiting_since
+                        .get(&waiter.owner)
+                        .map_or(0.0, |since| now.duration_since(*since).as_secs_f64());
+                    let blockers = self.manager.blockers(&waiter.owner, &waiter.request);
+                    encode_waiter(waiter, waited, &blockers)
+                })
+                .collect(),
+        )
     }
 
     /// SIGUSR2: the lock table, the waiters and the connections, to the log.

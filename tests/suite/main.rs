@@ -12,6 +12,7 @@
 //! - [`harness`]: operations as data, applying them, comparing answers and
 //!   states.
 
+mod cli;
 mod daemon;
 mod ganeti_client;
 mod harness;

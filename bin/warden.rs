@@ -1,0 +1,9 @@
+//! warden: the command line and launcher (`warden --help`).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    warden::cli::run(warden::cli::Cli::parse())
+}

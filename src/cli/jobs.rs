@@ -1,0 +1,885 @@
+//! The job commands: `submit`, `exec`, `list`, `info`, `watch`, `cancel`,
+//! `archive`, `autoarchive`, `priority`, `drain`. Each is one or a few
+//! LUXI calls (design/PROTOCOL.md) and a rendering of the answer.
+
+use std::io::Read;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value, json};
+
+use super::output::{Cell, Output, Style, duration, now_secs, timestamp_secs, utc_time};
+use super::{CliError, CliResult, Exit, connect};
+use crate::client::{Client, Daemon};
+use crate::jobs::{FIELDS, Status};
+
+/// How long one `WaitForJobChange` may be held by `watch`: on a terminal
+/// short, so that the elapsed time on the status line moves.
+const WATCH_POLL_TERMINAL: Duration = Duration::from_secs(1);
+const WATCH_POLL: Duration = Duration::from_secs(30);
+
+#[derive(clap::Args, Debug)]
+pub struct ExecArgs {
+    /// Hold this lock while the program runs, exclusively unless `:shared`
+    /// is appended (repeatable), e.g. `--lock node/n1 --lock instance/web:shared`
+    #[arg(long = "lock", value_name = "NAME[:shared]")]
+    locks: Vec<String>,
+    /// Job priority: -10 (high), 0 (normal) or 10 (low)
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    priority: i64,
+    /// Start only after job ID has finished with one of STATUS (success,
+    /// error, canceled; default: any but canceled); repeatable
+    #[arg(long = "depends", value_name = "ID[:STATUS,...]")]
+    depends: Vec<String>,
+    /// Kill the program after this many seconds (the job then fails)
+    #[arg(long, value_name = "SECONDS")]
+    timeout: Option<f64>,
+    /// Set this variable for the program (repeatable)
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    env: Vec<String>,
+    /// Run the program in this directory
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<String>,
+    /// Follow the job to its end, as `warden watch` (exit 0 only on success)
+    #[arg(long)]
+    watch: bool,
+    /// The program and its arguments (put them after `--`)
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM ARGS"
+    )]
+    argv: Vec<String>,
+}
+
+/// `submit FILE|-`.
+pub fn submit(root: &Path, output: &Output, file: &str) -> CliResult {
+    let document = read_job_file(file)?;
+    let mut luxid = connect(root, Daemon::Luxid)?;
+    let ids = submit_document(&mut luxid, &document)?;
+    print_submitted(output, &ids);
+    Ok(())
+}
+
+/// A job file's JSON: read from `file` (`-`: standard input).
+fn read_job_file(file: &str) -> CliResult<Value> {
+    let (name, text) = if file == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|error| CliError::usage(format!("cannot read standard input: {error}")))?;
+        ("standard input".to_owned(), text)
+    } else {
+        let text = std::fs::read_to_string(file)
+            .map_err(|error| CliError::usage(format!("cannot read {file}: {error}")))?;
+        (file.to_owned(), text)
+    };
+    serde_json::from_str(&text)
+        .map_err(|error| CliError::usage(format!("{name} is not valid JSON: {error}")))
+}
+
+/// What a job file holds.
+enum JobFile<'a> {
+    /// A list of opcodes: one job.
+    One(&'a Value),
+    /// A list of lists of opcodes: several jobs.
+    Many(&'a [Value]),
+}
+
+fn classify(document: &Value) -> CliResult<JobFile<'_>> {
+    let shape_error = || {
+        CliError::usage(
+            "a job file holds a JSON list of opcodes (one job), or a list of such lists (several jobs)",
+        )
+    };
+    let items = document.as_array().ok_or_else(shape_error)?;
+    if !items.is_empty() && items.iter().all(Value::is_object) {
+        Ok(JobFile::One(document))
+    } else if !items.is_empty() && items.iter().all(Value::is_array) {
+        Ok(JobFile::Many(items))
+    } else {
+        Err(shape_error())
+    }
+}
+
+/// Submits a job file's jobs; their ids in order. Several jobs go in one
+/// `SubmitManyJobs`, so relative dependencies resolve among them.
+pub fn submit_document(luxid: &mut Client, document: &Value) -> CliResult<Vec<u64>> {
+    match classify(document)? {
+        JobFile::One(ops) => {
+            let id = luxid.call("SubmitJob", json!([ops]))?;
+            Ok(vec![job_id(&id)?])
+        }
+        JobFile::Many(jobs) => {
+            let answer = luxid.call("SubmitManyJobs", json!([jobs]))?;
+            let mut ids = Vec::new();
+            let mut refusals = Vec::new();
+            for (index, entry) in answer.as_array().into_iter().flatten().enumerate() {
+                match entry.as_array().map(Vec::as_slice) {
+                    Some([Value::Bool(true), id]) => ids.push(job_id(id)?),
+                    Some([Value::Bool(false), message]) => refusals.push(format!(
+                        "job {} of the file: {}",
+                        index + 1,
+                        message.as_str().unwrap_or("refused")
+                    )),
+                    _ => return Err(malformed("SubmitManyJobs", &answer)),
+                }
+            }
+            if refusals.is_empty() {
+                Ok(ids)
+            } else {
+                Err(CliError::refused(format!(
+                    "refused {}{}",
+                    refusals.join("; "),
+                    if ids.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (submitted: {})", join_ids(&ids))
+                    }
+                )))
+            }
+        }
+    }
+}
+
+fn print_submitted(output: &Output, ids: &[u64]) {
+    if output.json {
+        output.json_value(&json!({ "jobs": ids }), false);
+    } else if let [id] = ids {
+        output.line(&format!(
+            "submitted job {id}; follow it with: warden watch {id}"
+        ));
+    } else {
+        output.line(&format!("submitted jobs {}", join_ids(ids)));
+    }
+}
+
+fn join_ids(ids: &[u64]) -> String {
+    ids.iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `exec [options] -- PROGRAM ARGS...`.
+pub fn exec(root: &Path, output: &Output, args: &ExecArgs) -> CliResult<Exit> {
+    let opcode = exec_opcode(args)?;
+    let mut luxid = connect(root, Daemon::Luxid)?;
+    let id = job_id(&luxid.call("SubmitJob", json!([[opcode]]))?)?;
+    if args.watch {
+        if !output.json {
+            output.line(&format!("submitted job {id}"));
+        }
+        return follow(&mut luxid, output, id);
+    }
+    print_submitted(output, &[id]);
+    Ok(Exit::Success)
+}
+
+/// The `OP_EXEC` opcode of `exec`'s arguments.
+fn exec_opcode(args: &ExecArgs) -> CliResult<Value> {
+    let mut opcode = Map::new();
+    opcode.insert("OP_ID".to_owned(), json!("OP_EXEC"));
+    opcode.insert("argv".to_owned(), json!(args.argv));
+    if !args.locks.is_empty() {
+        let locks: Vec<Value> = args.locks.iter().map(|lock| lock_entry(lock)).collect();
+        opcode.insert("locks".to_owned(), Value::Array(locks));
+    }
+    if args.priority != 0 {
+        opcode.insert("priority".to_owned(), json!(args.priority));
+    }
+    if !args.depends.is_empty() {
+        let depends = args
+            .depends
+            .iter()
+            .map(|dependency| dependency_entry(dependency))
+            .collect::<CliResult<Vec<Value>>>()?;
+        opcode.insert("depends".to_owned(), Value::Array(depends));
+    }
+    if let Some(timeout) = args.timeout {
+        opcode.insert("timeout".to_owned(), json!(timeout));
+    }
+    if !args.env.is_empty() {
+        let mut env = Map::new();
+        for variable in &args.env {
+            let (name, value) = variable
+                .split_once('=')
+                .ok_or_else(|| CliError::usage(format!("--env {variable}: expected NAME=VALUE")))?;
+            env.insert(name.to_owned(), json!(value));
+        }
+        opcode.insert("env".to_owned(), Value::Object(env));
+    }
+    if let Some(cwd) = &args.cwd {
+        opcode.insert("cwd".to_owned(), json!(cwd));
+    }
+    Ok(Value::Object(opcode))
+}
+
+/// `node/n1` or `node/n1:exclusive` → `["node/n1", "exclusive"]`;
+/// `node/n1:shared` → `["node/n1", "shared"]`. The name itself is checked
+/// by luxid, which knows the lock order.
+fn lock_entry(spec: &str) -> Value {
+    for mode in ["shared", "exclusive"] {
+        if let Some(name) = spec.strip_suffix(&format!(":{mode}")) {
+            return json!([name, mode]);
+        }
+    }
+    json!([spec, "exclusive"])
+}
+
+/// `12` or `12:success,error` → `[12, ["success", "error"]]`.
+fn dependency_entry(spec: &str) -> CliResult<Value> {
+    let (id, statuses) = spec.split_once(':').unwrap_or((spec, ""));
+    let bad = || {
+        CliError::usage(format!(
+            "--depends {spec}: expected ID[:STATUS,...] with STATUS one of success, error, canceled"
+        ))
+    };
+    let id: i64 = id.parse().map_err(|_| bad())?;
+    let statuses = statuses
+        .split(',')
+        .filter(|status| !status.is_empty())
+        .map(|status| {
+            Status::parse(status)
+                .filter(|status| status.is_final())
+                .map(|status| json!(status.name()))
+                .ok_or_else(bad)
+        })
+        .collect::<CliResult<Vec<Value>>>()?;
+    Ok(json!([id, statuses]))
+}
+
+/// The fields `list` shows.
+const LIST_FIELDS: [&str; 8] = [
+    "id",
+    "status",
+    "priority",
+    "summary",
+    "received_ts",
+    "start_ts",
+    "end_ts",
+    "archived",
+];
+
+/// `list [--status S]... [--archived]`.
+pub fn list(root: &Path, output: &Output, statuses: &[String], archived: bool) -> CliResult {
+    for status in statuses {
+        if Status::parse(status).is_none() {
+            return Err(CliError::usage(format!(
+                "unknown status '{status}' (one of {})",
+                Status::ALL.map(Status::name).join(", ")
+            )));
+        }
+    }
+    let fields: &[&str] = if archived {
+        &LIST_FIELDS
+    } else {
+        &LIST_FIELDS[..LIST_FIELDS.len() - 1]
+    };
+    let mut luxid = connect(root, Daemon::Luxid)?;
+    let rows = luxid.call("QueryJobs", json!([null, fields]))?;
+    let jobs: Vec<Map<String, Value>> = rows
+        .as_array()
+        .ok_or_else(|| malformed("QueryJobs", &rows))?
+        .iter()
+        .map(|row| named_row(fields, row))
+        .filter(|job| {
+            statuses.is_empty()
+                || job
+                    .get("status")
+                    .and_then(Value::as_str)
+                    .is_some_and(|status| statuses.iter().any(|wanted| wanted == status))
+        })
+        .collect();
+    if output.json {
+        let jobs: Vec<Value> = jobs.into_iter().map(listed_job_json).collect();
+        output.json_value(&Value::Array(jobs), false);
+        return Ok(());
+    }
+    if jobs.is_empty() {
+        output.line("no jobs");
+        return Ok(());
+    }
+    let now = now_secs();
+    let rows: Vec<Vec<Cell>> = jobs
+        .iter()
+        .map(|job| {
+            let status = text(job.get("status"));
+            let received = job.get("received_ts").and_then(timestamp_secs);
+            let started = job.get("start_ts").and_then(timestamp_secs);
+            let ended = job.get("end_ts").and_then(timestamp_secs);
+            let ran = match (started, ended) {
+                (Some(start), Some(end)) => duration(end - start),
+                (Some(start), None) => format!("{}…", duration(now - start)),
+                _ => "-".to_owned(),
+            };
+            let mut status_cell = Cell::styled(status.clone(), Style::of_status(&status));
+            if job.get("archived") == Some(&Value::Bool(true)) {
+                status_cell.text.push_str(" (archived)");
+            }
+            vec![
+                text(job.get("id")).into(),
+                status_cell,
+                text(job.get("priority")).into(),
+                received
+                    .map_or("-".to_owned(), |at| format!("{} ago", duration(now - at)))
+                    .into(),
+                ran.into(),
+                summary(job.get("summary")).into(),
+            ]
+        })
+        .collect();
+    output.table(
+        &["ID", "STATUS", "PRIO", "RECEIVED", "RAN", "SUMMARY"],
+        &rows,
+    );
+    Ok(())
+}
+
+/// A QueryJobs row as an object of its fields.
+fn named_row(fields: &[&str], row: &Value) -> Map<String, Value> {
+    fields
+        .iter()
+        .zip(row.as_array().into_iter().flatten())
+        .map(|(field, value)| ((*field).to_owned(), value.clone()))
+        .collect()
+}
+
+/// `list --json`'s shape: timestamps as seconds since the epoch.
+fn listed_job_json(mut job: Map<String, Value>) -> Value {
+    for field in ["received_ts", "start_ts", "end_ts"] {
+        if let Some(value) = job.get_mut(field) {
+            *value = timestamp_secs(value).map_or(Value::Null, |secs| json!(secs));
+        }
+    }
+    job.entry("archived").or_insert(json!(false));
+    Value::Object(job)
+}
+
+/// `info ID`.
+pub fn info(root: &Path, output: &Output, id: u64) -> CliResult {
+    let mut luxid = connect(root, Daemon::Luxid)?;
+    let job = query_one(&mut luxid, id, &FIELDS)?;
+    if output.json {
+        output.json_value(&Value::Object(job), false);
+        return Ok(());
+    }
+    let status = text(job.get("status"));
+    let mut header = format!(
+        "job {id}  {}  priority {}",
+        output.paint(&status, Style::of_status(&status)),
+        text(job.get("priority"))
+    );
+    if job.get("archived") == Some(&Value::Bool(true)) {
+        header.push_str("  (archived)");
+    }
+    output.line(&header);
+    let received = job.get("received_ts").and_then(timestamp_secs);
+    let started = job.get("start_ts").and_then(timestamp_secs);
+    let ended = job.get("end_ts").and_then(timestamp_secs);
+    let mut times = Vec::new();
+    if let Some(at) = received {
+        times.push(vec!["received".into(), utc_time(at).into(), "".into()]);
+    }
+    if let Some(at) = started {
+        let waited = received.map_or(String::new(), |from| {
+            format!("after {}", duration(at - from))
+        });
+        times.push(vec!["started".into(), utc_time(at).into(), waited.into()]);
+    }
+    if let Some(at) = ended {
+        let ran = started.map_or(String::new(), |from| format!("ran {}", duration(at - from)));
+        times.push(vec!["ended".into(), utc_time(at).into(), ran.into()]);
+    }
+    for line in output.table_lines(&["", "", ""], &times).iter().skip(1) {
+        output.line(&format!("  {line}"));
+    }
+    let per_op = |field: &str| -> Vec<Value> {
+        job.get(field)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (summaries, statuses, results, logs) = (
+        per_op("summary"),
+        per_op("opstatus"),
+        per_op("opresult"),
+        per_op("oplog"),
+    );
+    for (index, summary) in summaries.iter().enumerate() {
+        let status = text(statuses.get(index));
+        output.line(&format!(
+            "opcode {}  {}  {}",
+            index + 1,
+            summary.as_str().unwrap_or("?"),
+            output.paint(&status, Style::of_status(&status))
+        ));
+        if let Some(result) = results.get(index).filter(|result| !result.is_null()) {
+            output.line(&format!("  result  {}", compact(result)));
+        }
+        for entry in logs
+            .get(index)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            output.line(&format!("  {}", log_line(output, entry)));
+        }
+    }
+    Ok(())
+}
+
+/// The job's fields as an object; an unknown job is refused.
+fn query_one(luxid: &mut Client, id: u64, fields: &[&str]) -> CliResult<Map<String, Value>> {
+    let rows = luxid.call("QueryJobs", json!([[id], fields]))?;
+    let row = rows
+        .as_array()
+        .and_then(|rows| rows.first())
+        .ok_or_else(|| malformed("QueryJobs", &rows))?;
+    let job = named_row(fields, row);
+    if job.get("status").is_none_or(Value::is_null) {
+        return Err(unknown_job(id));
+    }
+    Ok(job)
+}
+
+fn unknown_job(id: u64) -> CliError {
+    CliError::refused(format!("job {id} does not exist"))
+}
+
+/// `watch ID`.
+pub fn watch(root: &Path, output: &Output, id: u64) -> CliResult<Exit> {
+    let mut luxid = connect(root, Daemon::Luxid)?;
+    follow(&mut luxid, output, id)
+}
+
+/// Follows a job to its end: its log as it comes, its status changes, a
+/// status line with the elapsed time on a terminal; `Success` only if it
+/// ends `success`.
+pub fn follow(luxid: &mut Client, output: &Output, id: u64) -> CliResult<Exit> {
+    let watching_since = Instant::now();
+    let start = query_one(luxid, id, &["status", "received_ts", "oplog"])?;
+    let received = start.get("received_ts").and_then(timestamp_secs);
+    let elapsed = || match received {
+        Some(at) => now_secs() - at,
+        None => watching_since.elapsed().as_secs_f64(),
+    };
+    let poll = if output.is_terminal() {
+        WATCH_POLL_TERMINAL
+    } else {
+        WATCH_POLL
+    };
+    let mut previous = Value::Null;
+    let mut log_serial = 0u64;
+    let mut status_line = StatusLine::new(output);
+    // A finished job (perhaps archived, which WaitForJobChange does not
+    // see) has its whole log at hand.
+    let first_status = text(start.get("status"));
+    let status = if Status::parse(&first_status).is_some_and(Status::is_final) {
+        let entries = start
+            .get("oplog")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_array)
+            .flatten();
+        for entry in entries {
+            print_log_entry(output, entry);
+        }
+        print_status(output, id, &first_status);
+        first_status
+    } else {
+        loop {
+            let answer = luxid
+                .call(
+                    "WaitForJobChange",
+                    json!([id, ["status"], previous, log_serial, poll.as_secs_f64()]),
+                )
+                .map_err(|error| match CliError::from(error) {
+                    error if error.exit == Exit::Refused => unknown_job(id),
+                    error => error,
+                })?;
+            let Some([values, log]) = answer.as_array().map(Vec::as_slice) else {
+                // "nochange": nothing new within the poll.
+                status_line.show(&text(previous.get(0)), elapsed());
+                continue;
+            };
+            for entry in log.as_array().into_iter().flatten() {
+                if let Some(serial) = entry.get(0).and_then(Value::as_u64) {
+                    log_serial = log_serial.max(serial);
+                }
+                status_line.clear();
+                print_log_entry(output, entry);
+            }
+            let status = text(values.get(0));
+            if *values != previous {
+                status_line.clear();
+                // On a terminal the status line shows the status meanwhile.
+                if output.json
+                    || !output.is_terminal()
+                    || Status::parse(&status).is_some_and(Status::is_final)
+                {
+                    print_status(output, id, &status);
+                }
+                previous = values.clone();
+            }
+            if Status::parse(&status).is_some_and(Status::is_final) {
+                break status;
+            }
+            status_line.show(&status, elapsed());
+        }
+    };
+    status_line.clear();
+    let job = query_one(luxid, id, &["status", "received_ts", "start_ts", "end_ts"])?;
+    let took = match (
+        job.get("received_ts").and_then(timestamp_secs),
+        job.get("end_ts").and_then(timestamp_secs),
+    ) {
+        (Some(from), Some(to)) => to - from,
+        _ => elapsed(),
+    };
+    if output.json {
+        output.json_value(
+            &json!({"event": "end", "id": id, "status": status, "elapsed_seconds": took}),
+            true,
+        );
+    } else {
+        output.line(&format!(
+            "job {id} {} after {}",
+            output.paint(&status, Style::of_status(&status)),
+            duration(took)
+        ));
+    }
+    Ok(if status == "success" {
+        Exit::Success
+    } else {
+        Exit::Unsuccessful
+    })
+}
+
+fn print_log_entry(output: &Output, entry: &Value) {
+    if output.json {
+        output.json_value(&log_event(entry), true);
+    } else {
+        output.line(&log_line(output, entry));
+    }
+}
+
+fn print_status(output: &Output, id: u64, status: &str) {
+    if output.json {
+        output.json_value(
+            &json!({"event": "status", "id": id, "status": status}),
+            true,
+        );
+    } else {
+        output.line(&format!(
+            "{} {}",
+            output.paint("status", Some(Style::Dim)),
+            output.paint(status, Style::of_status(status))
+        ));
+    }
+}
+
+/// The line `watch` keeps at the bottom of a terminal: status and elapsed
+/// time, redrawn in place.
+struct StatusLine<'a> {
+    output: &'a Output,
+    shown: bool,
+}
+
+impl<'a> StatusLine<'a> {
+    fn new(output: &'a Output) -> StatusLine<'a> {
+        StatusLine {
+            output,
+            shown: false,
+        }
+    }
+
+    fn show(&mut self, status: &str, elapsed: f64) {
+        if !self.output.is_terminal() || self.output.json {
+            return;
+        }
+        print!(
+            "\r\x1b[K{} {}",
+            self.output.paint(status, Style::of_status(status)),
+            self.output.paint(&duration(elapsed), Some(Style::Dim))
+        );
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+        self.shown = true;
+    }
+
+    fn clear(&mut self) {
+        if self.shown {
+            print!("\r\x1b[K");
+            self.shown = false;
+        }
+    }
+}
+
+/// A log entry (`[serial, [secs, usecs], type, message]`) for people:
+/// `10:03:12.345  hello`.
+fn log_line(output: &Output, entry: &Value) -> String {
+    let at = entry
+        .get(1)
+        .and_then(timestamp_secs)
+        .map_or_else(|| "?".to_owned(), |secs| utc_time(secs)[11..23].to_owned());
+    let kind = entry.get(2).and_then(Value::as_str).unwrap_or("message");
+    let message = match entry.get(3) {
+        Some(Value::String(text)) => text.clone(),
+        Some(other) => compact(other),
+        None => String::new(),
+    };
+    let at = output.paint(&at, Some(Style::Dim));
+    if kind == "message" {
+        format!("{at}  {message}")
+    } else {
+        format!("{at}  {kind}: {message}")
+    }
+}
+
+/// A log entry for `watch --json`.
+fn log_event(entry: &Value) -> Value {
+    json!({
+        "event": "log",
+        "serial": entry.get(0),
+        "time": entry.get(1).and_then(timestamp_secs),
+        "type": entry.get(2),
+        "message": entry.get(3),
+    })
+}
+
+/// `cancel ID [--kill]`.
+pub fn cancel(root: &Path, output: &Output, id: u64, kill: bool) -> CliResult {
+    let mut luxid = connect(root, Daemon::Luxid)?;
+    let args = if kill { json!([id, true]) } else { json!([id]) };
+    let answer = luxid.call("CancelJob", args)?;
+    let (done, message) = success_and_message("CancelJob", &answer)?;
+    if !done && !kill && message.contains("no longer waiting") {
+        return Err(CliError::refused(format!(
+            "{message}; its running program goes on: `warden cancel --kill {id}` stops it"
+        )));
+    }
+    if !done {
+        return Err(CliError::refused(message));
+    }
+    if output.json {
+        output.json_value(
+            &json!({"id": id, "canceled": true, "message": message}),
+            false,
+        );
+    } else {
+        output.line(&message);
+    }
+    Ok(())
+}
+
+/// `archive ID`.
+pub fn archive(root: &Path, output: &Output, id: u64) -> CliResult {
+    let mut luxid = connect(root, Daemon::Luxid)?;
+    if luxid.call("ArchiveJob", json!([id]))? != Value::Bool(true) {
+        let status = query_one(&mut luxid, id, &["status"])?;
+        return Err(CliError::refused(format!(
+            "job {id} is {} and cannot be archived until it finishes",
+            text(status.get("status"))
+        )));
+    }
+    if output.json {
+        output.json_value(&json!({"id": id, "archived": true}), false);
+    } else {
+        output.line(&format!("archived job {id}"));
+    }
+    Ok(())
+}
+
+/// `autoarchive AGE`.
+pub fn autoarchive(root: &Path, output: &Output, age: &str) -> CliResult {
+    let seconds = parse_age(age)?;
+    let mut luxid = connect(root, Daemon::Luxid)?;
+    // No time limit: archive every candidate now (-1, as Ganeti's).
+    let answer = luxid.call("AutoArchiveJobs", json!([seconds, -1]))?;
+    let Some([archived, left]) = answer.as_array().map(Vec::as_slice) else {
+        return Err(malformed("AutoArchiveJobs", &answer));
+    };
+    if output.json {
+        output.json_value(&json!({"archived": archived, "left": left}), false);
+    } else {
+        output.line(&format!("archived {archived} jobs"));
+    }
+    Ok(())
+}
+
+/// `90`, `90s`, `30m`, `12h`, `7d` in seconds; `all` is -1 (every finished
+/// job, as Ganeti's `AutoArchiveJobs`).
+fn parse_age(age: &str) -> CliResult<f64> {
+    if age == "all" {
+        return Ok(-1.0);
+    }
+    let (number, unit) = match age.char_indices().last() {
+        Some((index, unit @ ('s' | 'm' | 'h' | 'd'))) => (&age[..index], unit),
+        _ => (age, 's'),
+    };
+    let scale = match unit {
+        'm' => 60.0,
+        'h' => 3600.0,
+        'd' => 86_400.0,
+        _ => 1.0,
+    };
+    number
+        .parse::<f64>()
+        .ok()
+        .filter(|value| value.is_finite() && *value >= 0.0)
+        .map(|value| value * scale)
+        .ok_or_else(|| {
+            CliError::usage(format!(
+                "bad age '{age}': a number of seconds, or with s, m, h or d (e.g. 30m), or all"
+            ))
+        })
+}
+
+/// `priority ID P`.
+pub fn priority(root: &Path, output: &Output, id: u64, priority: i64) -> CliResult {
+    let mut luxid = connect(root, Daemon::Luxid)?;
+    let answer = luxid.call("ChangeJobPriority", json!([id, priority]))?;
+    let (done, message) = success_and_message("ChangeJobPriority", &answer)?;
+    if !done {
+        return Err(CliError::refused(message));
+    }
+    if output.json {
+        output.json_value(
+            &json!({"id": id, "priority": priority, "message": message}),
+            false,
+        );
+    } else {
+        output.line(&message);
+    }
+    Ok(())
+}
+
+/// `drain on|off`.
+pub fn drain(root: &Path, output: &Output, drained: bool) -> CliResult {
+    let mut luxid = connect(root, Daemon::Luxid)?;
+    luxid.call("SetDrainFlag", json!([drained]))?;
+    if output.json {
+        output.json_value(&json!({ "drained": drained }), false);
+    } else if drained {
+        output.line("queue drained: new submissions are refused");
+    } else {
+        output.line("queue open: submissions are accepted");
+    }
+    Ok(())
+}
+
+/// `[bool, message]`, as CancelJob and ChangeJobPriority answer.
+fn success_and_message(method: &str, answer: &Value) -> CliResult<(bool, String)> {
+    match answer.as_array().map(Vec::as_slice) {
+        Some([Value::Bool(done), Value::String(message)]) => Ok((*done, message.clone())),
+        _ => Err(malformed(method, answer)),
+    }
+}
+
+fn job_id(value: &Value) -> CliResult<u64> {
+    match value {
+        Value::Number(number) => number.as_u64(),
+        Value::String(digits) => digits.parse().ok(),
+        _ => None,
+    }
+    .ok_or_else(|| malformed("a submission", value))
+}
+
+fn malformed(method: &str, answer: &Value) -> CliError {
+    CliError::failure(format!(
+        "luxid answered {method} with something unexpected: {}",
+        compact(answer)
+    ))
+}
+
+/// A value as short text: strings bare, anything else as compact JSON.
+pub fn text(value: Option<&Value>) -> String {
+    match value {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Null) | None => "-".to_owned(),
+        Some(other) => other.to_string(),
+    }
+}
+
+fn compact(value: &Value) -> String {
+    serde_json::to_string(value).expect("a JSON value always serialises")
+}
+
+/// A job's `summary` field (one text per opcode) as one cell.
+fn summary(value: Option<&Value>) -> String {
+    match value.and_then(Value::as_array) {
+        Some(parts) => parts
+            .iter()
+            .map(|part| part.as_str().unwrap_or("?"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        None => "-".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_specs_become_lock_entries() {
+        assert_eq!(lock_entry("node/n1"), json!(["node/n1", "exclusive"]));
+        assert_eq!(lock_entry("node/n1:shared"), json!(["node/n1", "shared"]));
+        assert_eq!(
+            lock_entry("node/n1:exclusive"),
+            json!(["node/n1", "exclusive"])
+        );
+    }
+
+    #[test]
+    fn dependency_specs_become_depends_entries() {
+        assert_eq!(dependency_entry("12").unwrap(), json!([12, []]));
+        assert_eq!(
+            dependency_entry("12:success,error").unwrap(),
+            json!([12, ["success", "error"]])
+        );
+        for bad in ["x", "12:running", "12:bogus", ":success"] {
+            assert_eq!(
+                dependency_entry(bad).unwrap_err().exit,
+                Exit::Usage,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn ages_take_units() {
+        assert_eq!(parse_age("90").unwrap(), 90.0);
+        assert_eq!(parse_age("90s").unwrap(), 90.0);
+        assert_eq!(parse_age("30m").unwrap(), 1800.0);
+        assert_eq!(parse_age("1.5h").unwrap(), 5400.0);
+        assert_eq!(parse_age("7d").unwrap(), 604_800.0);
+        assert_eq!(parse_age("all").unwrap(), -1.0);
+        for bad in ["", "m", "-5", "5y", "inf"] {
+            assert!(parse_age(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn job_files_are_one_job_or_several() {
+        assert!(matches!(
+            classify(&json!([{"OP_ID": "OP_EXEC"}])),
+            Ok(JobFile::One(_))
+        ));
+        assert!(matches!(
+            classify(&json!([[{"OP_ID": "OP_EXEC"}], [{"OP_ID": "OP_EXEC"}]])),
+            Ok(JobFile::Many(jobs)) if jobs.len() == 2
+        ));
+        for bad in [
+            json!([]),
+            json!({}),
+            json!([1]),
+            json!([[], {}]),
+            json!("x"),
+        ] {
+            assert!(classify(&bad).is_err(), "{bad}");
+        }
+    }
+}

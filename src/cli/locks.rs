@@ -1,0 +1,503 @@
+//! `locks [--tree]` and `status`: what wconfd holds and who waits, and
+//! whether the daemons are up.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use super::jobs::text;
+use super::output::{Cell, Output, Style, duration};
+use super::{CliError, CliResult, Exit, connect};
+use crate::client::{Client, Daemon};
+use crate::jobs::Status;
+
+/// A lock owner as wconfd names it: `[ident, livelock, pid]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Owner(Value);
+
+/// Any total order will do (owners are only collected in sets); the JSON
+/// text gives one.
+impl Ord for Owner {
+    fn cmp(&self, other: &Owner) -> std::cmp::Ordering {
+        self.0.to_string().cmp(&other.0.to_string())
+    }
+}
+
+impl PartialOrd for Owner {
+    fn partial_cmp(&self, other: &Owner) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Owner {
+    /// `job 7 (pid 1234)` or `my-script (pid 1234)`.
+    fn label(&self) -> String {
+        let ident = match self.0.get(0) {
+            Some(Value::Number(job)) => format!("job {job}"),
+            other => text(other),
+        };
+        format!("{ident} (pid {})", text(self.0.get(2)))
+    }
+
+    fn json(&self) -> Value {
+        json!({"ident": self.0.get(0), "livelock": self.0.get(1), "pid": self.0.get(2)})
+    }
+}
+
+/// One lock of the table and its direct holders.
+struct Lock {
+    name: String,
+    holders: Vec<(Owner, String)>,
+}
+
+/// One pending request.
+struct Waiter {
+    owner: Owner,
+    priority: i64,
+    request: Vec<(String, String)>,
+    waiting_seconds: f64,
+    blockers: Vec<Owner>,
+}
+
+/// The lock table and the waiters, as wconfd lists them now.
+struct Table {
+    locks: Vec<Lock>,
+    waiters: Vec<Waiter>,
+}
+
+fn read_table(wconfd: &mut Client) -> CliResult<Table> {
+    let malformed = |method: &str, answer: &Value| {
+        CliError::failure(format!(
+            "wconfd answered {method} with something unexpected: {answer}"
+        ))
+    };
+    let owners = wconfd.call("listAllLocksOwners", json!([]))?;
+    let locks = owners
+        .as_array()
+        .ok_or_else(|| malformed("listAllLocksOwners", &owners))?
+        .iter()
+        .map(|row| {
+            let name = row.get(0).and_then(Value::as_str)?.to_owned();
+            let holders = row
+                .get(1)?
+                .as_array()?
+                .iter()
+                .map(|holder| Some((Owner(holder.get(0)?.clone()), text(holder.get(1)))))
+                .collect::<Option<Vec<_>>>()?;
+            Some(Lock { name, holders })
+        })
+        .collect::<Option<Vec<Lock>>>()
+        .ok_or_else(|| malformed("listAllLocksOwners", &owners))?;
+    let listed = wconfd.call("listWaiters", json!([]))?;
+    let waiters = listed
+        .as_array()
+        .ok_or_else(|| malformed("listWaiters", &listed))?
+        .iter()
+        .map(|waiter| {
+            Some(Waiter {
+                owner: Owner(waiter.get("owner")?.clone()),
+                priority: waiter.get("priority")?.as_i64()?,
+                request: waiter
+                    .get("request")?
+                    .as_array()?
+                    .iter()
+                    .map(|entry| Some((text(entry.get(0)), text(entry.get(1)))))
+                    .collect::<Option<Vec<_>>>()?,
+                waiting_seconds: waiter.get("waiting_seconds")?.as_f64()?,
+                blockers: waiter
+                    .get("blockers")?
+                    .as_array()?
+                    .iter()
+                    .map(|owner| Owner(owner.clone()))
+                    .collect(),
+            })
+        })
+        .collect::<Option<Vec<Waiter>>>()
+        .ok_or_else(|| malformed("listWaiters", &listed))?;
+    Ok(Table { locks, waiters })
+}
+
+/// `locks [--tree]`.
+pub fn locks(root: &Path, output: &Output, tree: bool) -> CliResult {
+    let mut wconfd = connect(root, Daemon::Wconfd)?;
+    let table = read_table(&mut wconfd)?;
+    if tree {
+        print_tree(output, &table);
+    } else if output.json {
+        output.json_value(&table_json(&table), false);
+    } else {
+        for line in table_lines(output, &table) {
+            output.line(&line);
+        }
+    }
+    Ok(())
+}
+
+fn table_json(table: &Table) -> Value {
+    json!({
+        "locks": table.locks.iter().map(|lock| json!({
+            "lock": lock.name,
+            "owners": lock.holders.iter().map(|(owner, mode)| json!({
+                "owner": owner.json(),
+                "mode": mode,
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "waiters": table.waiters.iter().map(waiter_json).collect::<Vec<_>>(),
+    })
+}
+
+fn waiter_json(waiter: &Waiter) -> Value {
+    json!({
+        "owner": waiter.owner.json(),
+        "priority": waiter.priority,
+        "request": waiter.request.iter().map(|(lock, mode)| json!({"lock": lock, "mode": mode})).collect::<Vec<_>>(),
+        "waiting_seconds": waiter.waiting_seconds,
+        "blockers": waiter.blockers.iter().map(Owner::json).collect::<Vec<_>>(),
+    })
+}
+
+/// The lock table and the waiters as two tables.
+fn table_lines(output: &Output, table: &Table) -> Vec<String> {
+    let mut lines = Vec::new();
+    if table.locks.is_empty() {
+        lines.push("no locks held".to_owned());
+    } else {
+        let mut rows: Vec<Vec<Cell>> = Vec::new();
+        for lock in &table.locks {
+            if lock.holders.is_empty() {
+                rows.push(vec![
+                    lock.name.clone().into(),
+                    "-".into(),
+                    Cell::styled("(through its members)", Some(Style::Dim)),
+                ]);
+            }
+            for (index, (owner, mode)) in lock.holders.iter().enumerate() {
+                let name = if index == 0 {
+                    lock.name.clone()
+                } else {
+                    String::new()
+                };
+                let style = (mode == "exclusive").then_some(Style::Yellow);
+                rows.push(vec![
+                    name.into(),
+                    owner.label().into(),
+                    Cell::styled(mode, style),
+                ]);
+            }
+        }
+        lines.extend(output.table_lines(&["LOCK", "OWNER", "MODE"], &rows));
+    }
+    if !table.waiters.is_empty() {
+        lines.push(String::new());
+        let rows: Vec<Vec<Cell>> = table
+            .waiters
+            .iter()
+            .map(|waiter| {
+                vec![
+                    waiter.owner.label().into(),
+                    waiter.priority.to_string().into(),
+                    Cell::styled(duration(waiter.waiting_seconds), Some(Style::Cyan)),
+                    request_text(waiter).into(),
+                    owner_list(&waiter.blockers).into(),
+                ]
+            })
+            .collect();
+        lines
+            .extend(output.table_lines(&["WAITER", "PRIO", "WAITING", "FOR", "BLOCKED BY"], &rows));
+    }
+    lines
+}
+
+fn request_text(waiter: &Waiter) -> String {
+    waiter
+        .request
+        .iter()
+        .map(|(lock, mode)| format!("{lock} {mode}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn owner_list(owners: &[Owner]) -> String {
+    owners
+        .iter()
+        .map(|owner| match owner.0.get(0) {
+            Some(Value::Number(job)) => format!("job {job}"),
+            other => text(other),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `locks --tree`: each owner that blocks others and waits for no one, and
+/// under it whom it blocks, recursively.
+fn print_tree(output: &Output, table: &Table) {
+    let lines = tree_lines(output, table);
+    if output.json {
+        let roots = tree_roots(table);
+        let json: Vec<Value> = roots
+            .iter()
+            .map(|root| tree_json(table, root, &mut BTreeSet::new()))
+            .collect();
+        output.json_value(&json!({ "tree": json }), false);
+    } else {
+        for line in lines {
+            output.line(&line);
+        }
+    }
+}
+
+/// Owners that block someone and wait for no one; if every blocker also
+/// waits (a deadlock), the smallest of them, so that nothing is hidden.
+fn tree_roots(table: &Table) -> Vec<Owner> {
+    let blockers: BTreeSet<&Owner> = table
+        .waiters
+        .iter()
+        .flat_map(|waiter| &waiter.blockers)
+        .collect();
+    let waiting: BTreeSet<&Owner> = table.waiters.iter().map(|waiter| &waiter.owner).collect();
+    let mut roots: Vec<Owner> = blockers
+        .iter()
+        .filter(|owner| !waiting.contains(*owner))
+        .map(|owner| (*owner).clone())
+        .collect();
+    if roots.is_empty() {
+        roots.extend(blockers.iter().next().map(|owner| (*owner).clone()));
+    }
+    roots
+}
+
+fn holdings(table: &Table, owner: &Owner) -> String {
+    let held: Vec<String> = table
+        .locks
+        .iter()
+        .flat_map(|lock| {
+            lock.holders
+                .iter()
+                .filter(|(holder, _)| holder == owner)
+                .map(|(_, mode)| format!("{} {mode}", lock.name))
+        })
+        .collect();
+    if held.is_empty() {
+        "holds nothing".to_owned()
+    } else {
+        format!("holds {}", held.join(", "))
+    }
+}
+
+fn blocked_by<'a>(table: &'a Table, owner: &'a Owner) -> impl Iterator<Item = &'a Waiter> + 'a {
+    table
+        .waiters
+        .iter()
+        .filter(move |waiter| waiter.blockers.contains(owner))
+}
+
+fn tree_lines(output: &Output, table: &Table) -> Vec<String> {
+    let roots = tree_roots(table);
+    if roots.is_empty() {
+        return vec!["nobody waits for a lock".to_owned()];
+    }
+    let mut lines = Vec::new();
+    for root in &roots {
+        lines.push(format!("{}  {}", root.label(), holdings(table, root)));
+        branch(output, table, root, "", &mut vec![root.clone()], &mut lines);
+    }
+    lines
+}
+
+fn branch(
+    output: &Output,
+    table: &Table,
+    owner: &Owner,
+    indent: &str,
+    path: &mut Vec<Owner>,
+    lines: &mut Vec<String>,
+) {
+    let children: Vec<&Waiter> = blocked_by(table, owner).collect();
+    for (index, waiter) in children.iter().enumerate() {
+        let last = index + 1 == children.len();
+        let (fork, next) = if last {
+            ("└─ ", "   ")
+        } else {
+            ("├─ ", "│  ")
+        };
+        let cycle = path.contains(&waiter.owner);
+        lines.push(format!(
+            "{indent}{fork}{}  waits {} for {}{}",
+            waiter.owner.label(),
+            output.paint(&duration(waiter.waiting_seconds), Some(Style::Cyan)),
+            request_text(waiter),
+            if cycle {
+                "  (deadlock: already above)"
+            } else {
+                ""
+            }
+        ));
+        if !cycle {
+            path.push(waiter.owner.clone());
+            branch(
+                output,
+                table,
+                &waiter.owner,
+                &format!("{indent}{next}"),
+                path,
+                lines,
+            );
+            path.pop();
+        }
+    }
+}
+
+fn tree_json(table: &Table, owner: &Owner, path: &mut BTreeSet<Owner>) -> Value {
+    path.insert(owner.clone());
+    let blocks: Vec<Value> = blocked_by(table, owner)
+        .map(|waiter| {
+            let mut node = waiter_json(waiter);
+            if !path.contains(&waiter.owner) {
+                node["blocks"] = tree_json(table, &waiter.owner, path)["blocks"].clone();
+            } else {
+                node["blocks"] = json!([]);
+                node["deadlock"] = json!(true);
+            }
+            node
+        })
+        .collect();
+    path.remove(owner);
+    json!({"owner": owner.json(), "blocks": blocks})
+}
+
+/// `status`: exits 0 when both daemons answer, 3 otherwise.
+pub fn status(root: &Path, output: &Output) -> CliResult<Exit> {
+    let wconfd = connect(root, Daemon::Wconfd).and_then(|mut wconfd| {
+        wconfd.call("echo", json!(["status"]))?;
+        let table = read_table(&mut wconfd)?;
+        Ok(table)
+    });
+    let luxid = connect(root, Daemon::Luxid).and_then(|mut luxid| {
+        let drained = luxid.call("QueryConfigValues", json!([["drain_flag"]]))?;
+        let rows = luxid.call("QueryJobs", json!([null, ["status"]]))?;
+        Ok((drained.get(0) == Some(&Value::Bool(true)), rows))
+    });
+    let mut jobs = serde_json::Map::new();
+    for status in Status::ALL {
+        jobs.insert(status.name().to_owned(), json!(0));
+    }
+    if let Ok((_, rows)) = &luxid {
+        for row in rows.as_array().into_iter().flatten() {
+            if let Some(count) = row
+                .get(0)
+                .and_then(Value::as_str)
+                .and_then(|status| jobs.get_mut(status))
+            {
+                *count = json!(count.as_u64().unwrap_or(0) + 1);
+            }
+        }
+    }
+    let (held, owners, waiters) = match &wconfd {
+        Ok(table) => {
+            let owners: BTreeSet<&Owner> = table
+                .locks
+                .iter()
+                .flat_map(|lock| lock.holders.iter().map(|(owner, _)| owner))
+                .collect();
+            let held = table
+                .locks
+                .iter()
+                .filter(|lock| !lock.holders.is_empty())
+                .count();
+            (held, owners.len(), table.waiters.len())
+        }
+        Err(_) => (0, 0, 0),
+    };
+    let socket = |daemon: Daemon| root.join(daemon.socket_path()).display().to_string();
+    let down_reason = |error: &CliError| error.message.clone();
+    if output.json {
+        output.json_value(
+            &json!({
+                "root": root.display().to_string(),
+                "daemons": {
+                    "wconfd": {
+                        "up": wconfd.is_ok(),
+                        "socket": socket(Daemon::Wconfd),
+                        "error": wconfd.as_ref().err().map(down_reason),
+                    },
+                    "luxid": {
+                        "up": luxid.is_ok(),
+                        "socket": socket(Daemon::Luxid),
+                        "drained": luxid.as_ref().ok().map(|(drained, _)| *drained),
+                        "error": luxid.as_ref().err().map(down_reason),
+                    },
+                },
+                "jobs": jobs,
+                "locks": {"held": held, "owners": owners, "waiters": waiters},
+            }),
+            false,
+        );
+    } else {
+        let up = |ok: bool| {
+            if ok {
+                Cell::styled("up", Some(Style::Green))
+            } else {
+                Cell::styled("down", Some(Style::Red))
+            }
+        };
+        let luxid_note = match &luxid {
+            Ok((true, _)) => format!("{}  (queue drained)", socket(Daemon::Luxid)),
+            _ => socket(Daemon::Luxid),
+        };
+        let job_counts: Vec<String> = Status::ALL
+            .iter()
+            .filter_map(|status| {
+                let count = jobs.get(status.name())?.as_u64()?;
+                (count > 0).then(|| format!("{count} {}", status.name()))
+            })
+            .collect();
+        let rows = vec![
+            vec!["root".into(), "".into(), root.display().to_string().into()],
+            vec![
+                "wconfd".into(),
+                up(wconfd.is_ok()),
+                socket(Daemon::Wconfd).into(),
+            ],
+            vec!["luxid".into(), up(luxid.is_ok()), luxid_note.into()],
+            vec![
+                "jobs".into(),
+                "".into(),
+                if luxid.is_err() {
+                    "-".to_owned()
+                } else if job_counts.is_empty() {
+                    "none".to_owned()
+                } else {
+                    job_counts.join(", ")
+                }
+                .into(),
+            ],
+            vec![
+                "locks".into(),
+                "".into(),
+                if wconfd.is_err() {
+                    "-".to_owned()
+                } else {
+                    format!(
+                        "{held} held by {owners} owner{}, {waiters} waiting",
+                        if owners == 1 { "" } else { "s" }
+                    )
+                }
+                .into(),
+            ],
+        ];
+        for line in output.table_lines(&["", "", ""], &rows).iter().skip(1) {
+            output.line(line);
+        }
+    }
+    Ok(if wconfd.is_ok() && luxid.is_ok() {
+        Exit::Success
+    } else {
+        Exit::DaemonDown
+    })
+}
+
+/// The lock table and waiters as `locks` prints them (for the demo).
+pub fn lock_table_lines(output: &Output, wconfd: &mut Client) -> CliResult<Vec<String>> {
+    Ok(table_lines(output, &read_table(wconfd)?))
+}

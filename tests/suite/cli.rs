@@ -1,0 +1,683 @@
+//! The `warden` command end to end, against real daemons: every command,
+//! its `--json` shape, its exit codes and its errors; `up` and `demo` as a
+//! user runs them; and every job file of `jobs/`, submitted and followed
+//! to its end.
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
+
+use crate::daemon::{DEADLINE, Root, wait_for_exit, wait_until};
+use crate::luxid::Cluster;
+
+/// Exit codes of `warden` (`warden --help`).
+const SUCCESS: i32 = 0;
+const UNSUCCESSFUL: i32 = 1;
+const USAGE: i32 = 2;
+const DAEMON_DOWN: i32 = 3;
+const REFUSED: i32 = 4;
+const FAILURE: i32 = 5;
+
+fn warden_binary() -> &'static str {
+    env!("CARGO_BIN_EXE_warden")
+}
+
+/// `warden --root ROOT ARGS...`, run to its end.
+fn warden(root: &Path, args: &[&str]) -> Output {
+    warden_with_input(root, args, None)
+}
+
+fn warden_with_input(root: &Path, args: &[&str], input: Option<&str>) -> Output {
+    let mut child = Command::new(warden_binary())
+        .arg("--root")
+        .arg(root)
+        .args(args)
+        .env_remove("WARDEN_ROOT")
+        .env("NO_COLOR", "1")
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn warden");
+    if let Some(input) = input {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .expect("piped")
+            .write_all(input.as_bytes())
+            .expect("write warden's stdin");
+    }
+    child.wait_with_output().expect("run warden")
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().expect("warden exits, not killed")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Runs `warden ARGS` expecting `expected` as exit code; its output.
+fn expect(root: &Path, args: &[&str], expected: i32) -> Output {
+    let output = warden(root, args);
+    assert_eq!(
+        code(&output),
+        expected,
+        "warden {args:?}\n--- stdout:\n{}\n--- stderr:\n{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    output
+}
+
+/// Runs `warden --json ARGS`, expecting success; its JSON document.
+fn json_of(root: &Path, args: &[&str]) -> Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let output = expect(root, &all, SUCCESS);
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "warden {args:?} printed no JSON ({error}): {}",
+            stdout(&output)
+        )
+    })
+}
+
+/// The one error line on stderr.
+fn error_line(output: &Output) -> String {
+    let text = stderr(output);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "one error line, got: {text}");
+    assert!(lines[0].starts_with("warden: error: "), "{text}");
+    lines[0].to_owned()
+}
+
+fn cluster_root(cluster: &Cluster) -> PathBuf {
+    cluster.root().path()
+}
+
+/// Submits `argv` with `warden exec --json` plus `options`; its job id.
+fn exec(root: &Path, options: &[&str], argv: &[&str]) -> u64 {
+    let mut args = vec!["exec"];
+    args.extend_from_slice(options);
+    args.push("--");
+    args.extend_from_slice(argv);
+    let document = json_of(root, &args);
+    document["jobs"][0]
+        .as_u64()
+        .unwrap_or_else(|| panic!("exec printed {document}"))
+}
+
+#[test]
+fn every_job_file_in_jobs_is_run_by_the_demo_and_ends_as_expected() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("jobs");
+    let mut files: Vec<String> = fs::read_dir(&dir)
+        .expect("read jobs/")
+        .map(|entry| {
+            entry
+                .expect("a jobs/ entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|name| name.ends_with(".json"))
+        .collect();
+    files.sort();
+    let mut in_demo: Vec<String> = warden::cli::EXAMPLES
+        .iter()
+        .map(|(file, _, _)| (*file).to_owned())
+        .collect();
+    in_demo.sort();
+    assert_eq!(files, in_demo, "the demo runs every file of jobs/");
+    assert!(files.len() >= 4, "{files:?}");
+
+    let cluster = Cluster::start();
+    let root = cluster_root(&cluster);
+    for (file, _, expected) in warden::cli::EXAMPLES {
+        let path = dir.join(file);
+        let submitted = json_of(&root, &["submit", path.to_str().expect("a UTF-8 path")]);
+        let ids: Vec<u64> = submitted["jobs"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{file}: {submitted}"))
+            .iter()
+            .map(|id| id.as_u64().expect("a job id"))
+            .collect();
+        assert_eq!(ids.len(), expected.len(), "{file}: {submitted}");
+        for (id, expected) in ids.iter().zip(expected) {
+            let output = warden(&root, &["watch", &id.to_string()]);
+            let wanted = if *expected == "success" {
+                SUCCESS
+            } else {
+                UNSUCCESSFUL
+            };
+            assert_eq!(
+                code(&output),
+                wanted,
+                "{file} job {id}: {}",
+                stdout(&output)
+            );
+            assert_eq!(cluster.status(*id), *expected, "{file} job {id}");
+        }
+    }
+}
+
+#[test]
+fn the_demo_runs_every_example_and_exits_zero() {
+    let output = Command::new(warden_binary())
+        .args(["demo", "--json"])
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run warden demo");
+    let text = stdout(&output);
+    assert_eq!(code(&output), SUCCESS, "{text}\n{}", stderr(&output));
+    let summary: Value = serde_json::from_str(&text).expect("the demo's JSON summary");
+    assert_eq!(summary["as_expected"], json!(true), "{summary}");
+    let jobs = summary["jobs"].as_array().expect("jobs");
+    assert_eq!(jobs.len(), 6, "{summary}");
+    for job in jobs {
+        assert_eq!(job["status"], job["expected"], "{summary}");
+    }
+    // The tour itself goes to stderr beside --json: progress, the lock
+    // table (when a waiter was caught) and the summary.
+    let tour = stderr(&output);
+    for part in [
+        "submitting the example jobs",
+        "progress",
+        "summary:",
+        "stopped luxid and wconfd",
+    ] {
+        assert!(tour.contains(part), "{part}: {tour}");
+    }
+}
+
+/// `warden up` on a root, running until stopped.
+struct Up {
+    child: Child,
+    /// The pids `up` printed for wconfd and luxid.
+    pids: Vec<(String, u32)>,
+}
+
+impl Up {
+    fn start(root: &Path) -> Up {
+        let mut child = Command::new(warden_binary())
+            .args(["up", "--root"])
+            .arg(root)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn warden up");
+        // `up` says where the daemons are once both answer; read until then.
+        let stderr = child.stderr.take().expect("piped");
+        let (lines_in, lines_out) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if lines_in.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut pids = Vec::new();
+        let mut seen = Vec::new();
+        while pids.len() < 2 {
+            let line = lines_out
+                .recv_timeout(DEADLINE)
+                .unwrap_or_else(|_| panic!("warden up did not report both daemons: {seen:?}"));
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if let [name @ ("wconfd" | "luxid"), _socket, "(pid", pid] = words.as_slice() {
+                let pid = pid.trim_end_matches(')').parse().expect("a pid");
+                pids.push(((*name).to_owned(), pid));
+            }
+            seen.push(line);
+        }
+        // Keep draining so that the daemons' logs never block on a full pipe.
+        std::thread::spawn(move || while lines_out.recv().is_ok() {});
+        Up { child, pids }
+    }
+
+    fn pid_of(&self, daemon: &str) -> u32 {
+        self.pids
+            .iter()
+            .find(|(name, _)| name == daemon)
+            .map(|(_, pid)| *pid)
+            .expect("up reported the daemon")
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM);
+        let _ = self.child.wait();
+    }
+}
+
+fn process_exists(pid: u32) -> bool {
+    // A zombie has exited too: check its state, not only its existence.
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+#[test]
+fn up_serves_until_ctrl_c_and_a_second_up_carries_on_with_the_state() {
+    let root = Root::new();
+    let root = root.path();
+    let mut up = Up::start(&root);
+    let status = json_of(&root, &["status"]);
+    assert_eq!(status["daemons"]["wconfd"]["up"], json!(true), "{status}");
+    assert_eq!(status["daemons"]["luxid"]["up"], json!(true), "{status}");
+    let id = exec(&root, &[], &["true"]);
+    expect(&root, &["watch", &id.to_string()], SUCCESS);
+
+    // A second `up` on a served root is refused, and changes nothing.
+    let output = expect(&root, &["up"], FAILURE);
+    assert!(
+        error_line(&output).contains("already running"),
+        "{}",
+        stderr(&output)
+    );
+
+    let daemons = [up.pid_of("wconfd"), up.pid_of("luxid")];
+    kill(Pid::from_raw(up.child.id() as i32), Signal::SIGINT).expect("SIGINT warden up");
+    let exit = wait_for_exit(&mut up.child, DEADLINE);
+    assert!(exit.success(), "up after Ctrl-C: {exit}");
+    for pid in daemons {
+        assert!(
+            !process_exists(pid),
+            "daemon {pid} still runs after up stopped"
+        );
+    }
+    let status = expect(&root, &["status", "--json"], DAEMON_DOWN);
+    let status: Value = serde_json::from_slice(&status.stdout).expect("status JSON");
+    assert_eq!(status["daemons"]["luxid"]["up"], json!(false), "{status}");
+
+    let _up = Up::start(&root);
+    let listed = json_of(&root, &["list"]);
+    assert_eq!(listed[0]["id"], json!(id), "{listed}");
+    assert_eq!(listed[0]["status"], json!("success"), "{listed}");
+}
+
+#[test]
+fn up_stops_wconfd_and_fails_when_luxid_dies() {
+    let root = Root::new();
+    let root = root.path();
+    let mut up = Up::start(&root);
+    let wconfd = up.pid_of("wconfd");
+    kill(Pid::from_raw(up.pid_of("luxid") as i32), Signal::SIGKILL).expect("SIGKILL luxid");
+    let exit = wait_for_exit(&mut up.child, DEADLINE);
+    assert_eq!(
+        exit.code(),
+        Some(UNSUCCESSFUL),
+        "up after its luxid died: {exit}"
+    );
+    wait_until("wconfd is stopped", DEADLINE, || !process_exists(wconfd));
+}
+
+#[test]
+fn job_commands_print_stable_json() {
+    let cluster = Cluster::start();
+    let root = cluster_root(&cluster);
+
+    let ok = exec(
+        &root,
+        &["--env", "GREETING=hi"],
+        &["sh", "-c", "echo $GREETING"],
+    );
+    let watched = expect(&root, &["watch", &ok.to_string()], SUCCESS);
+    assert!(stdout(&watched).contains("hi"), "{}", stdout(&watched));
+    assert!(
+        stdout(&watched).contains(&format!("job {ok} success")),
+        "{}",
+        stdout(&watched)
+    );
+
+    let failing = exec(&root, &[], &["sh", "-c", "echo oops; exit 3"]);
+    let watched = expect(
+        &root,
+        &["--json", "watch", &failing.to_string()],
+        UNSUCCESSFUL,
+    );
+    let events: Vec<Value> = stdout(&watched)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON event per line"))
+        .collect();
+    assert!(
+        events
+            .iter()
+            .any(|event| event["event"] == "log" && event["message"] == "oops"),
+        "{events:?}"
+    );
+    let end = events.last().expect("an end event");
+    assert_eq!(end["event"], "end", "{end}");
+    assert_eq!(end["status"], "error", "{end}");
+    assert!(end["elapsed_seconds"].as_f64().is_some(), "{end}");
+
+    // exec --watch: the job's outcome is the exit code.
+    expect(&root, &["exec", "--watch", "--", "true"], SUCCESS);
+    expect(
+        &root,
+        &["exec", "--watch", "--timeout", "0.2", "--", "sleep", "5"],
+        UNSUCCESSFUL,
+    );
+
+    let listed = json_of(&root, &["list"]);
+    let first = &listed[0];
+    for field in [
+        "id",
+        "status",
+        "priority",
+        "summary",
+        "received_ts",
+        "start_ts",
+        "end_ts",
+        "archived",
+    ] {
+        assert!(first.get(field).is_some(), "list lacks {field}: {first}");
+    }
+    let errors = json_of(&root, &["list", "--status", "error"]);
+    assert_eq!(errors.as_array().map(Vec::len), Some(2), "{errors}");
+
+    let info = json_of(&root, &["info", &failing.to_string()]);
+    for field in warden::jobs::FIELDS {
+        assert!(info.get(field).is_some(), "info lacks {field}: {info}");
+    }
+    assert_eq!(info["opresult"][0][0], "OpExecError", "{info}");
+    let human = expect(&root, &["info", &failing.to_string()], SUCCESS);
+    assert!(stdout(&human).contains("oops"), "{}", stdout(&human));
+
+    // A job held back by a dependency can be reprioritised and canceled.
+    let blocker = exec(&root, &[], &["sleep", "30"]);
+    wait_until("the blocker runs", DEADLINE, || {
+        cluster.status(blocker) == "running"
+    });
+    let output = expect(&root, &["cancel", &blocker.to_string()], REFUSED);
+    assert!(
+        error_line(&output).contains("--kill"),
+        "{}",
+        stderr(&output)
+    );
+    let held = exec(
+        &root,
+        &["--depends", &format!("{blocker}:success")],
+        &["true"],
+    );
+    let changed = json_of(&root, &["priority", &held.to_string(), "-10"]);
+    assert_eq!(changed["priority"], json!(-10), "{changed}");
+    let canceled = json_of(&root, &["cancel", &held.to_string()]);
+    assert_eq!(canceled["canceled"], json!(true), "{canceled}");
+    assert_eq!(cluster.wait_final(held), "canceled");
+    let killed = json_of(&root, &["cancel", "--kill", &blocker.to_string()]);
+    assert_eq!(killed["canceled"], json!(true), "{killed}");
+    // jobs.md: a killed job ends `error` ("detected death of job N").
+    assert_eq!(cluster.wait_final(blocker), "error");
+
+    let archived = json_of(&root, &["archive", &ok.to_string()]);
+    assert_eq!(archived, json!({"id": ok, "archived": true}));
+    // A finished job, archived or not, is watched from its file: its whole
+    // log, then its end.
+    let watched = expect(&root, &["watch", &ok.to_string()], SUCCESS);
+    assert!(stdout(&watched).contains("hi"), "{}", stdout(&watched));
+    expect(&root, &["watch", &failing.to_string()], UNSUCCESSFUL);
+    let listed = json_of(&root, &["list", "--archived", "--status", "success"]);
+    assert!(
+        listed
+            .as_array()
+            .expect("a list")
+            .iter()
+            .any(|job| job["id"] == json!(ok) && job["archived"] == json!(true)),
+        "{listed}"
+    );
+    let auto = json_of(&root, &["autoarchive", "all"]);
+    assert!(
+        auto["archived"].as_u64().is_some_and(|count| count >= 3),
+        "{auto}"
+    );
+    assert_eq!(json_of(&root, &["list"]), json!([]));
+
+    assert_eq!(json_of(&root, &["drain", "on"]), json!({"drained": true}));
+    let refused = expect(&root, &["exec", "--", "true"], REFUSED);
+    assert!(
+        error_line(&refused).contains("drained"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(json_of(&root, &["drain", "off"]), json!({"drained": false}));
+    exec(&root, &[], &["true"]);
+}
+
+#[test]
+fn submit_takes_one_job_or_several_from_a_file_or_stdin() {
+    let cluster = Cluster::start();
+    let root = cluster_root(&cluster);
+    let one = warden_with_input(
+        &root,
+        &["--json", "submit", "-"],
+        Some(r#"[{"OP_ID": "OP_EXEC", "argv": ["true"]}]"#),
+    );
+    assert_eq!(code(&one), SUCCESS, "{}", stderr(&one));
+    let one: Value = serde_json::from_slice(&one.stdout).expect("JSON");
+    assert_eq!(one["jobs"].as_array().map(Vec::len), Some(1), "{one}");
+
+    let file = root.join("two.json");
+    fs::write(
+        &file,
+        r#"[[{"OP_ID": "OP_EXEC", "argv": ["true"]}],
+            [{"OP_ID": "OP_EXEC", "argv": ["true"], "depends": [[-1, ["success"]]]}]]"#,
+    )
+    .expect("write a job file");
+    let two = json_of(&root, &["submit", file.to_str().expect("UTF-8")]);
+    let ids: Vec<u64> = two["jobs"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|id| id.as_u64().expect("an id"))
+        .collect();
+    assert_eq!(ids.len(), 2, "{two}");
+    for id in &ids {
+        assert_eq!(cluster.wait_final(*id), "success");
+    }
+    // The relative dependency was made absolute against the first job.
+    let info = json_of(&root, &["info", &ids[1].to_string()]);
+    assert_eq!(
+        info["ops"][0]["depends"],
+        json!([[ids[0], ["success"]]]),
+        "{info}"
+    );
+}
+
+#[test]
+fn locks_show_holders_waiters_and_who_blocks_whom() {
+    let cluster = Cluster::start();
+    let root = cluster_root(&cluster);
+    let holder = exec(&root, &["--lock", "node/n1"], &["sleep", "30"]);
+    wait_until("the holder runs", DEADLINE, || {
+        cluster.status(holder) == "running"
+    });
+    let waiter = exec(
+        &root,
+        &["--lock", "node/n1:shared", "--priority", "-10"],
+        &["true"],
+    );
+    wait_until("the waiter waits", DEADLINE, || {
+        cluster.status(waiter) == "waiting"
+    });
+
+    let table = json_of(&root, &["locks"]);
+    let node = table["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .find(|lock| lock["lock"] == "node/n1")
+        .unwrap_or_else(|| panic!("node/n1 is held: {table}"));
+    assert_eq!(
+        node["owners"][0]["owner"]["ident"],
+        json!(holder),
+        "{table}"
+    );
+    assert_eq!(node["owners"][0]["mode"], "exclusive", "{table}");
+    let waiters = table["waiters"].as_array().expect("waiters");
+    assert_eq!(waiters.len(), 1, "{table}");
+    assert_eq!(waiters[0]["owner"]["ident"], json!(waiter), "{table}");
+    assert_eq!(waiters[0]["priority"], json!(-10), "{table}");
+    assert_eq!(waiters[0]["blockers"][0]["ident"], json!(holder), "{table}");
+    assert!(
+        waiters[0]["waiting_seconds"]
+            .as_f64()
+            .is_some_and(|waited| waited >= 0.0),
+        "{table}"
+    );
+    assert!(
+        waiters[0]["request"]
+            .as_array()
+            .expect("request")
+            .contains(&json!({"lock": "node/n1", "mode": "shared"})),
+        "{table}"
+    );
+
+    let tree = json_of(&root, &["locks", "--tree"]);
+    assert_eq!(tree["tree"][0]["owner"]["ident"], json!(holder), "{tree}");
+    assert_eq!(
+        tree["tree"][0]["blocks"][0]["owner"]["ident"],
+        json!(waiter),
+        "{tree}"
+    );
+    let human = stdout(&expect(&root, &["locks", "--tree"], SUCCESS));
+    assert!(
+        human.contains(&format!("job {holder}")) && human.contains(&format!("└─ job {waiter}")),
+        "{human}"
+    );
+    let human = stdout(&expect(&root, &["locks"], SUCCESS));
+    assert!(
+        human.contains("LOCK") && human.contains("WAITER") && human.contains("node/n1"),
+        "{human}"
+    );
+
+    let status = json_of(&root, &["status"]);
+    assert_eq!(status["jobs"]["running"], json!(1), "{status}");
+    assert_eq!(status["jobs"]["waiting"], json!(1), "{status}");
+    assert_eq!(status["locks"]["waiters"], json!(1), "{status}");
+    assert_eq!(
+        status["daemons"]["luxid"]["drained"],
+        json!(false),
+        "{status}"
+    );
+
+    expect(&root, &["cancel", "--kill", &holder.to_string()], SUCCESS);
+    assert_eq!(cluster.wait_final(waiter), "success");
+    assert_eq!(json_of(&root, &["locks"])["waiters"], json!([]));
+}
+
+#[test]
+fn errors_are_one_line_with_a_documented_exit_code() {
+    // No daemon on the root: every client command says so, exit 3.
+    let empty = Root::new();
+    for args in [
+        &["list"][..],
+        &["info", "1"],
+        &["watch", "1"],
+        &["cancel", "1"],
+        &["archive", "1"],
+        &["autoarchive", "1d"],
+        &["priority", "1", "0"],
+        &["drain", "on"],
+        &["locks"],
+        &["exec", "--", "true"],
+    ] {
+        let output = expect(&empty.path(), args, DAEMON_DOWN);
+        assert!(
+            error_line(&output).contains("not running"),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
+    expect(&empty.path(), &["status"], DAEMON_DOWN);
+
+    let cluster = Cluster::start();
+    let root = cluster_root(&cluster);
+    // Unknown jobs: refused, exit 4.
+    for args in [
+        &["info", "999"][..],
+        &["watch", "999"],
+        &["cancel", "999"],
+        &["archive", "999"],
+        &["priority", "999", "10"],
+    ] {
+        let output = expect(&root, args, REFUSED);
+        assert!(
+            error_line(&output).contains("999"),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
+    // Bad lock names and bad opcodes: refused by luxid, exit 4.
+    let output = expect(
+        &root,
+        &["exec", "--lock", "nodes/n1", "--", "true"],
+        REFUSED,
+    );
+    assert!(
+        error_line(&output).contains("nodes/n1"),
+        "{}",
+        stderr(&output)
+    );
+    let output = warden_with_input(&root, &["submit", "-"], Some(r#"[{"OP_ID": "OP_NOPE"}]"#));
+    assert_eq!(code(&output), REFUSED);
+    assert!(
+        error_line(&output).contains("OP_NOPE"),
+        "{}",
+        stderr(&output)
+    );
+
+    // Bad files and bad usage: exit 2, nothing submitted.
+    let missing = root.join("missing.json");
+    let output = expect(&root, &["submit", missing.to_str().expect("UTF-8")], USAGE);
+    assert!(
+        error_line(&output).contains("missing.json"),
+        "{}",
+        stderr(&output)
+    );
+    for bad in ["not json", "{}", "[]", "[1, 2]"] {
+        let output = warden_with_input(&root, &["submit", "-"], Some(bad));
+        assert_eq!(code(&output), USAGE, "{bad}: {}", stderr(&output));
+        error_line(&output);
+    }
+    expect(&root, &["list", "--status", "bogus"], USAGE);
+    expect(&root, &["exec", "--depends", "x", "--", "true"], USAGE);
+    expect(&root, &["autoarchive", "soon"], USAGE);
+    expect(&root, &["frobnicate"], USAGE);
+    expect(&root, &["exec"], USAGE);
+    assert_eq!(
+        json_of(&root, &["list"]),
+        json!([]),
+        "nothing was submitted"
+    );
+}
+
+#[test]
+fn completions_are_printed_for_the_common_shells() {
+    for shell in ["bash", "zsh", "fish"] {
+        let output = expect(Path::new("/nonexistent"), &["completions", shell], SUCCESS);
+        assert!(stdout(&output).contains("warden"), "{shell}");
+    }
+}
