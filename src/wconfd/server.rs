@@ -1069,7 +1069,7 @@ impl Server {
             let started = Instant::now();
             self.store
                 .write_snapshot(&self.manager)
-                .map_err(DaemonError::Journal)?;
+                .map_err(durability_lost(self.store.snapshot_path()))?;
             tracing::info!(
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 holdings = self.manager.holding_count(),
@@ -1089,14 +1089,20 @@ impl Server {
         if self.sync_in_flight.is_some() {
             return Ok(());
         }
-        if self.store.write().map_err(DaemonError::Journal)? {
+        if self
+            .store
+            .write()
+            .map_err(durability_lost(self.store.journal_path()))?
+        {
             self.written_epoch += 1;
         }
         if self.written_epoch == self.synced_epoch {
             return Ok(());
         }
         if at_end_of_turn && self.turn_requests <= 1 && self.unrevealed.len() <= 1 {
-            self.store.commit().map_err(DaemonError::Journal)?;
+            self.store
+                .commit()
+                .map_err(durability_lost(self.store.journal_path()))?;
             self.synced_epoch = self.written_epoch;
             while let Some(reveal) = self.unrevealed.pop_front() {
                 self.reveal(reveal);
@@ -1113,7 +1119,7 @@ impl Server {
     fn sync_done(&mut self) -> Result<(), DaemonError> {
         while let Ok((epoch, result)) = self.syncer.done.try_recv() {
             // A failed sync cannot be retried as if it had worked: stop.
-            result.map_err(DaemonError::Journal)?;
+            result.map_err(durability_lost(self.store.journal_path()))?;
             self.sync_in_flight = None;
             self.synced_epoch = self.synced_epoch.max(epoch);
         }
@@ -1149,7 +1155,9 @@ impl Server {
         if self.store.has_unwritten() {
             self.written_epoch += 1;
         }
-        self.store.commit().map_err(DaemonError::Journal)?;
+        self.store
+            .commit()
+            .map_err(durability_lost(self.store.journal_path()))?;
         self.synced_epoch = self.written_epoch;
         while let Some(reveal) = self.unrevealed.pop_front() {
             self.reveal(reveal);
@@ -1260,6 +1268,14 @@ impl Server {
 
 /// Ganeti's shape of a failed verification: its ConfigWriter reads
 /// `args[1]` as the list of problems.
+/// A write or sync of the lock state failed: see [`DaemonError::Journal`].
+fn durability_lost(path: &Path) -> impl FnOnce(io::Error) -> DaemonError + '_ {
+    move |source| DaemonError::Journal {
+        path: path.to_owned(),
+        source,
+    }
+}
+
 fn config_verify_error(problems: Vec<String>) -> WireError {
     WireError {
         class: "ConfigVerifyError",
