@@ -234,6 +234,13 @@ fn read_record(bytes: &[u8]) -> RecordRead<'_> {
     }
     let end = RECORD_HEADER_BYTES + length;
     if bytes.len() < end {
+        // A torn write shortens only the last record; a whole record
+        // behind this one means its length field is what is damaged.
+        if holds_whole_record(&bytes[RECORD_HEADER_BYTES..]) {
+            return RecordRead::Damaged(format!(
+                "length {length} runs past the end of the file, but whole records follow"
+            ));
+        }
         return RecordRead::Torn;
     }
     let payload = &bytes[RECORD_HEADER_BYTES..end];
@@ -248,6 +255,22 @@ fn read_record(bytes: &[u8]) -> RecordRead<'_> {
         payload,
         length: end,
     }
+}
+
+/// Whether a whole record (its length within `bytes`, its checksum right)
+/// starts anywhere in `bytes`. Payloads are JSON objects, so only offsets
+/// whose payload starts with `{` are checksummed.
+fn holds_whole_record(bytes: &[u8]) -> bool {
+    (0..bytes.len().saturating_sub(RECORD_HEADER_BYTES)).any(|start| {
+        let header = &bytes[start..start + RECORD_HEADER_BYTES];
+        let length = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes")) as usize;
+        let checksum = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
+        let payload_start = start + RECORD_HEADER_BYTES;
+        length > 0
+            && length <= bytes.len() - payload_start
+            && bytes[payload_start] == b'{'
+            && crc32(&bytes[payload_start..payload_start + length]) == checksum
+    })
 }
 
 fn load_snapshot(path: &Path) -> Result<(LockManager, u64), StoreError> {
