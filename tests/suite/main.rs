@@ -21,6 +21,7 @@ mod lock_properties;
 mod luxid;
 mod reference;
 mod runner;
+mod storage_faults;
 mod wconfd_bad_input;
 mod wconfd_liveness;
 mod wconfd_rpc;
