@@ -14,6 +14,8 @@
 
 mod cli;
 mod daemon;
+mod damaged_lock_state;
+mod damaged_state;
 mod ganeti_client;
 mod harness;
 mod lock_exhaustive;
