@@ -760,3 +760,66 @@ fn luxid_with_a_full_queue_refuses_submissions_and_ends_a_stuck_job_when_space_r
 fn luxid_with_a_read_only_queue_refuses_submissions_and_ends_a_stuck_job_once_writable() {
     luxid_with_a_faulty_queue(Fault::ReadOnly);
 }
+
+/// Both daemons on one root that fills up: a submission is refused, a
+/// lock change stops wconfd (D33), luxid serves on without it; once space
+/// returns a restarted wconfd has exactly the acknowledged locks, and
+/// luxid, never restarted, runs new jobs against it.
+#[test]
+fn both_daemons_on_one_full_root_refuse_what_needs_the_disk_and_resume() {
+    let sandbox = Sandbox::new(4 * MIB, None);
+    let mut wconfd = sandbox.wconfd();
+    let luxid = sandbox.luxid();
+    let mut client = luxid.client();
+    let before = submit(&mut client)
+        .expect("SubmitJob")
+        .as_u64()
+        .expect("an id");
+    assert_eq!(
+        wait_status(&luxid, before, &["success", "error"]),
+        "success"
+    );
+    let locker = sandbox.owner(1);
+    let mut locks = BTreeSet::new();
+
+    sandbox.inject(Fault::Full, "");
+    let (class, args) = submit(&mut client).expect_err("a full root");
+    assert_eq!(class, "GenericError");
+    assert_mentions("the error", &args[0].to_string(), &[Fault::Full.text()]);
+    let mut wconfd_client = wconfd.client();
+    let mut stopped = false;
+    for index in 0..LOCK_CHANGES_ON_A_FULL_DISK_MAX {
+        let name = format!("node/n{index:04}");
+        match wconfd_client.try_call(
+            "tryUpdateLocks",
+            json!([locker.wire, [[&name, "exclusive"]]]),
+        ) {
+            Ok(Ok(_)) => {
+                locks.insert(name);
+            }
+            Ok(Err(failure)) => panic!("tryUpdateLocks answered {failure:?}"),
+            Err(_) => {
+                stopped = true;
+                break;
+            }
+        }
+    }
+    assert!(stopped, "every lock change on a full disk was acknowledged");
+    assert!(!wconfd.wait_exit().success());
+    let mut client = luxid.client();
+    assert_eq!(query(&mut client, before, &["status"]), [json!("success")]);
+
+    sandbox.lift(Fault::Full, "");
+    let wconfd = sandbox.wconfd();
+    assert_eq!(held(&mut wconfd.client(), &locker), locks);
+    let after = submit(&mut client)
+        .expect("SubmitJob once space returned")
+        .as_u64()
+        .expect("an id");
+    assert_eq!(
+        wait_status(&luxid, after, &["success", "error"]),
+        "success",
+        "{}",
+        luxid.log()
+    );
+}
