@@ -823,3 +823,40 @@ fn both_daemons_on_one_full_root_refuse_what_needs_the_disk_and_resume() {
         luxid.log()
     );
 }
+
+/// A runner that cannot create its livelock (`livelocks/` read-only):
+/// its job ends `error` saying so, and once the directory is writable
+/// again jobs run, without a restart.
+#[test]
+fn a_runner_without_a_livelock_fails_its_job_saying_so() {
+    let sandbox = Sandbox::new(64 * MIB, None);
+    let _wconfd = sandbox.wconfd();
+    let luxid = sandbox.luxid();
+    let mut client = luxid.client();
+    sandbox.inject(Fault::ReadOnly, "livelocks");
+    let id = submit(&mut client)
+        .expect("SubmitJob")
+        .as_u64()
+        .expect("an id");
+    assert_eq!(wait_status(&luxid, id, &["success", "error"]), "error");
+    let result = query(&mut client, id, &["opresult"])[0].to_string();
+    assert_mentions(
+        "the job's result",
+        &result,
+        &[
+            &format!("detected death of job {id}"),
+            "could not create its livelock",
+        ],
+    );
+    assert_mentions(
+        "luxid's log",
+        &luxid.log(),
+        &["livelock", Fault::ReadOnly.text()],
+    );
+    sandbox.lift(Fault::ReadOnly, "livelocks");
+    let id = submit(&mut client)
+        .expect("SubmitJob")
+        .as_u64()
+        .expect("an id");
+    assert_eq!(wait_status(&luxid, id, &["success", "error"]), "success");
+}
