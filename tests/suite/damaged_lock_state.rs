@@ -1,6 +1,6 @@
 //! Damaged lock state (`locks.data`, the snapshot, and `locks.journal`):
 //! wconfd refuses to start naming the file, or starts with exactly the
-//! acknowledged state; it never starts with less (D32).
+//! acknowledged state; it never starts with less (D36).
 //!
 //! The damage is made through what holds for any format: a file emptied,
 //! cut in half, overwritten with garbage, garbage over the middle of the

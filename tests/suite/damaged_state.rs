@@ -3,7 +3,7 @@
 //! `version`, job files and archived job files. A daemon either refuses
 //! to start and names the file (leaving it as it was), or, for a single
 //! job file, skips exactly that job with a logged error naming the file;
-//! never does it start silently with less (D32).
+//! never does it start silently with less (D36).
 
 use std::fs;
 use std::path::PathBuf;

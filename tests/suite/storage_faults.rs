@@ -762,7 +762,7 @@ fn luxid_with_a_read_only_queue_refuses_submissions_and_ends_a_stuck_job_once_wr
 }
 
 /// Both daemons on one root that fills up: a submission is refused, a
-/// lock change stops wconfd (D33), luxid serves on without it; once space
+/// lock change stops wconfd (D37), luxid serves on without it; once space
 /// returns a restarted wconfd has exactly the acknowledged locks, and
 /// luxid, never restarted, runs new jobs against it.
 #[test]
