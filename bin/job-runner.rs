@@ -1,5 +1,6 @@
 //! job-runner: runs one job of the queue (started by luxid, one process
-//! per job). Logs to stderr; exits 0 once the job file is final.
+//! per job). Logs to stderr; exits 0 once the job file is final, 3 if it
+//! could not write it, 4 if it could not create its livelock, 1 otherwise.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -26,7 +27,7 @@ fn main() -> ExitCode {
         Err(error) => {
             tracing::error!(job = options.job_id, "job-runner: {error}");
             eprintln!("job-runner: {error}");
-            ExitCode::FAILURE
+            ExitCode::from(error.exit_code())
         }
     }
 }

@@ -172,6 +172,8 @@ fn temp_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// Writes and syncs a new temp file; on failure it is removed again (a
+/// partial temp file on a full disk would keep the space it took).
 fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let mut file = OpenOptions::new()
         .write(true)
@@ -179,8 +181,12 @@ fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
         .truncate(true)
         .mode(0o600)
         .open(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
+    let result = file.write_all(bytes).and_then(|()| file.sync_all());
+    if result.is_err() {
+        drop(file);
+        let _ = fs::remove_file(path);
+    }
+    result
 }
 
 /// What luxid found in the queue at start-up.
@@ -252,21 +258,18 @@ impl Queue {
         }
         check_version(&dir)?;
         let serial = read_serial(&dir.join(SERIAL_FILE))?;
-        let loaded = scan(&dir)?;
-        let highest = loaded
-            .jobs
-            .iter()
-            .map(|job| job.id)
-            .chain(loaded.finished.iter().map(|job| job.id))
-            .max()
-            .unwrap_or(0);
-        let queue = Queue {
-            // A job file written before a crash cut the serial's write
-            // short still counts: ids never go backwards.
-            serial: serial.max(highest),
+        let (loaded, highest) = scan(&dir)?;
+        let mut queue = Queue {
+            serial,
             dir,
             _lock: lock,
         };
+        // A job file written before a crash cut the serial's write short
+        // still counts, and so do a damaged job file (a new job must not
+        // replace it) and the archive (a lost or truncated serial must not
+        // hand out an archived job's id again): ids never go backwards.
+        let archived = queue.archived_ids().last().copied().unwrap_or(0);
+        queue.serial = serial.max(highest).max(archived);
         Ok((queue, loaded))
     }
 
@@ -296,17 +299,39 @@ impl Queue {
             .map(|job| (job_path(&self.dir, job.id), encode_job(job)))
             .collect();
         files.push((serial_path, format!("{}\n", self.serial).into_bytes()));
-        let temps: Vec<(PathBuf, &PathBuf)> = files
+        let written: Vec<io::Result<()>> = files
             .par_iter()
-            .map(|(path, bytes)| {
-                let temp = temp_path(path);
-                write_synced(&temp, bytes).map(|()| (temp, path))
-            })
-            .collect::<io::Result<_>>()?;
-        for (temp, path) in &temps {
-            fs::rename(temp, path)?;
+            .map(|(path, bytes)| write_synced(&temp_path(path), bytes))
+            .collect();
+        let remove_temps = || {
+            for (path, _) in &files {
+                let _ = fs::remove_file(temp_path(path));
+            }
+        };
+        // A failed write (a full disk) must not leave the others' temp
+        // files taking the space that is missing.
+        if let Some(error) = written.into_iter().find_map(Result::err) {
+            remove_temps();
+            return Err(error);
         }
-        sync_dir(&self.dir)
+        // Refused jobs must not come back at the next start: the files
+        // already renamed go again (best effort; the serial may stay
+        // ahead, ids are never reused).
+        let unrename = |renamed: &[(PathBuf, Vec<u8>)]| {
+            for (path, _) in renamed {
+                if path.file_name().is_some_and(|name| name != SERIAL_FILE) {
+                    let _ = fs::remove_file(path);
+                }
+            }
+        };
+        for (index, (path, _)) in files.iter().enumerate() {
+            if let Err(error) = fs::rename(temp_path(path), path) {
+                unrename(&files[..index]);
+                remove_temps();
+                return Err(error);
+            }
+        }
+        sync_dir(&self.dir).inspect_err(|_| unrename(&files))
     }
 
     /// Rewrites the file of a job luxid owns (not started, or its runner
@@ -405,12 +430,14 @@ fn read_serial(path: &Path) -> Result<JobId, StoreError> {
     }
 }
 
-/// Reads every `job-<id>` file of the queue directory in parallel. Temp
+/// Reads every `job-<id>` file of the queue directory in parallel; answers
+/// them with the highest id named by a job file (read or skipped). Temp
 /// files left by a crash are removed once they are old (they were never
 /// renamed into place, so nothing acknowledged depends on them; a young
 /// one may be a live runner's write in progress).
-fn scan(dir: &Path) -> Result<Loaded, StoreError> {
+fn scan(dir: &Path) -> Result<(Loaded, JobId), StoreError> {
     let mut names = Vec::new();
+    let mut highest = 0;
     for entry in fs::read_dir(dir).map_err(StoreError::io(dir))? {
         let entry = entry.map_err(StoreError::io(dir))?;
         let name = entry.file_name();
@@ -425,7 +452,8 @@ fn scan(dir: &Path) -> Result<Loaded, StoreError> {
             if old {
                 let _ = fs::remove_file(entry.path());
             }
-        } else if parse_job_file_name(name).is_some() {
+        } else if let Some(id) = parse_job_file_name(name) {
+            highest = highest.max(id);
             names.push(entry.path());
         }
     }
@@ -458,7 +486,7 @@ fn scan(dir: &Path) -> Result<Loaded, StoreError> {
     }
     loaded.jobs.sort_unstable_by_key(|job| job.id);
     loaded.finished.sort_unstable_by_key(|job| job.id);
-    Ok(loaded)
+    Ok((loaded, highest))
 }
 
 #[cfg(test)]
@@ -529,6 +557,43 @@ mod tests {
         let (mut queue, loaded) = Queue::open(root.path()).unwrap();
         assert_eq!(loaded.jobs.len(), 1);
         assert_eq!(queue.next_id(), 10);
+    }
+
+    #[test]
+    fn serial_never_goes_behind_a_damaged_or_archived_job() {
+        let root = tempfile::tempdir().unwrap();
+        let (queue, _) = Queue::open(root.path()).unwrap();
+        queue.commit_new(&[job(1), job(2)]).unwrap();
+        queue.archive(2).unwrap();
+        fs::write(queue.dir().join("job-7"), b"{garbage").unwrap();
+        fs::remove_file(queue.dir().join(SERIAL_FILE)).unwrap();
+        drop(queue);
+        let (mut queue, loaded) = Queue::open(root.path()).unwrap();
+        assert_eq!(loaded.skipped.len(), 1);
+        assert_eq!(queue.next_id(), 8);
+        fs::remove_file(queue.dir().join("job-7")).unwrap();
+        drop(queue);
+        let (mut queue, _) = Queue::open(root.path()).unwrap();
+        assert_eq!(queue.next_id(), 3, "archived job 2 keeps its id");
+    }
+
+    #[test]
+    fn a_failed_commit_leaves_no_file_behind() {
+        let root = tempfile::tempdir().unwrap();
+        let (mut queue, _) = Queue::open(root.path()).unwrap();
+        let jobs = [job(queue.next_id()), job(queue.next_id())];
+        // The serial's temp file cannot be created: a directory is in
+        // its place.
+        let serial_temp = temp_path(&queue.dir().join(SERIAL_FILE));
+        fs::create_dir(&serial_temp).unwrap();
+        queue.commit_new(&jobs).unwrap_err();
+        fs::remove_dir(&serial_temp).unwrap();
+        let mut names: Vec<String> = fs::read_dir(queue.dir())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["archive", "lock", "version"]);
     }
 
     #[test]

@@ -61,6 +61,12 @@ const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// missed (for example a livelock luxid found by name only).
 const RELEASE_PROBE_INTERVAL: Duration = Duration::from_millis(20);
 
+/// How often luxid tries again to write the end of a dead runner's job
+/// when the disk refused it (full, read-only): the job ends promptly once
+/// the disk takes writes again, and a full disk costs a write attempt, not
+/// a busy loop.
+const DEAD_JOB_WRITE_RETRY_INTERVAL: Duration = Duration::from_millis(100);
+
 struct Connection {
     stream: UnixStream,
     peer: PeerCredentials,
@@ -109,6 +115,11 @@ struct DeadRunner {
     livelock: Option<PathBuf>,
     watch: Option<WatchDescriptor>,
     next_probe: Instant,
+    /// What the runner's exit status says it died of, if it said.
+    cause: Option<&'static str>,
+    /// Attempts at writing the job's end that failed (a full or
+    /// read-only disk): each is retried, the first is logged as an error.
+    failed_writes: u32,
 }
 
 pub struct Server {
@@ -246,7 +257,7 @@ impl Server {
                 }
                 Some(_) => {
                     tracing::warn!(job = id, "the runner died while luxid was down");
-                    self.mark_dead(id)?;
+                    self.mark_dead(id, None)?;
                 }
             }
         }
@@ -877,7 +888,14 @@ impl Server {
             }
             None => {
                 archived = true;
-                self.queue.read_archived(id).ok().flatten().map(Cow::Owned)
+                match self.queue.read_archived(id) {
+                    Ok(job) => job.map(Cow::Owned),
+                    Err(error) => {
+                        // Answered as unknown, never as a guess.
+                        tracing::error!(job = id, %error, "skipped an archived job file that cannot be read");
+                        None
+                    }
+                }
             }
         };
         Value::Array(
@@ -1308,9 +1326,14 @@ impl Server {
                 .registry()
                 .deregister(&mut SourceFd(&fd.as_raw_fd()));
         }
+        let mut cause = None;
         if let Some(child) = runner.child.as_mut() {
             // Reaps it.
-            let _ = child.wait();
+            cause = child
+                .wait()
+                .ok()
+                .and_then(|status| status.code())
+                .and_then(crate::runner::exit_cause);
         }
         self.reload(id);
         let finished = !self.jobs.contains_key(&id);
@@ -1340,7 +1363,8 @@ impl Server {
             .and_then(|job| job.livelock.clone())
             .map(PathBuf::from)
             .or_else(|| self.job_livelock(id));
-        let dead = self.watch_release(id, livelock);
+        let mut dead = self.watch_release(id, livelock);
+        dead.cause = cause;
         if let Some(runner) = self.runners.get_mut(&id) {
             runner.dead = Some(dead);
         }
@@ -1360,6 +1384,8 @@ impl Server {
             livelock,
             watch,
             next_probe: Instant::now(),
+            cause: None,
+            failed_writes: 0,
         }
     }
 
@@ -1399,8 +1425,22 @@ impl Server {
                 let _ = self.inotify.rm_watch(watch);
                 self.livelock_watches.remove(&watch);
             }
-            if let Err(error) = self.mark_dead(id) {
-                tracing::error!(job = id, %error, "cannot record the death of a job");
+            let cause = dead.cause;
+            if let Err(error) = self.mark_dead(id, cause) {
+                // The job must still end: left as it is, it would show
+                // running (or queued) with no runner until luxid
+                // restarts. Tried again until the disk takes it.
+                let dead = self
+                    .runners
+                    .get_mut(&id)
+                    .and_then(|runner| runner.dead.as_mut())
+                    .expect("only runner_done forgets a dead runner");
+                if dead.failed_writes == 0 {
+                    tracing::error!(job = id, %error, "cannot record the death of a job; trying again until it can be written");
+                }
+                dead.failed_writes += 1;
+                dead.next_probe = now + DEAD_JOB_WRITE_RETRY_INTERVAL;
+                continue;
             }
             self.runner_done(id);
         }
@@ -1408,7 +1448,7 @@ impl Server {
 
     /// The job's runner died and every process of it is gone: its
     /// unfinished opcodes become `error`, its livelock file is removed.
-    fn mark_dead(&mut self, id: JobId) -> Result<(), DaemonError> {
+    fn mark_dead(&mut self, id: JobId, cause: Option<&str>) -> Result<(), DaemonError> {
         // The runner may have finished the file just before it died.
         self.reload(id);
         let Some(job) = self.job(id) else {
@@ -1422,10 +1462,11 @@ impl Server {
             return Ok(());
         }
         let mut job = job.into_owned();
-        job.finish_unfinished(
-            Status::Error,
-            &json!(["OpExecError", [format!("detected death of job {id}")]]),
-        );
+        let message = match cause {
+            Some(cause) => format!("detected death of job {id}: its runner {cause}"),
+            None => format!("detected death of job {id}"),
+        };
+        job.finish_unfinished(Status::Error, &json!(["OpExecError", [message]]));
         self.queue.write_job(&job).map_err(io_error(
             "cannot write",
             &queue::job_path(self.queue.dir(), id),

@@ -137,6 +137,34 @@ pub enum RunnerError {
     Poll(io::Error),
 }
 
+/// The exit status of a runner that could not write its job file (a full
+/// or read-only disk): luxid ends the job `error` saying so.
+pub const EXIT_JOB_FILE_UNWRITABLE: u8 = 3;
+/// The exit status of a runner that could not create its livelock.
+pub const EXIT_NO_LIVELOCK: u8 = 4;
+
+impl RunnerError {
+    /// The runner's exit status for this error: the causes luxid can name
+    /// in the job have their own, the rest are 1.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RunnerError::Write { .. } => EXIT_JOB_FILE_UNWRITABLE,
+            RunnerError::Livelock { .. } => EXIT_NO_LIVELOCK,
+            _ => 1,
+        }
+    }
+}
+
+/// What a runner's exit status says it died of, for the job's error
+/// (the runner's own message is in luxid's log, its stderr).
+pub fn exit_cause(code: i32) -> Option<&'static str> {
+    match u8::try_from(code).ok()? {
+        EXIT_JOB_FILE_UNWRITABLE => Some("could not write the job file (see luxid's log)"),
+        EXIT_NO_LIVELOCK => Some("could not create its livelock (see luxid's log)"),
+        _ => None,
+    }
+}
+
 /// Runs job `id` of `root` to its end (see the module documentation).
 pub fn run(root: &Path, id: JobId) -> Result<(), RunnerError> {
     if id == 0 {

@@ -43,8 +43,12 @@ pub enum DaemonError {
         path: PathBuf,
         source: io::Error,
     },
-    #[error("the lock journal could not be made durable: {0}")]
-    Journal(io::Error),
+    /// The lock state in memory is ahead of the disk (D8): wconfd stops,
+    /// and a restart loads everything it ever acknowledged.
+    #[error(
+        "the lock state could not be made durable in {path}: {source}; wconfd stops (a restart loads every change it acknowledged)"
+    )]
+    Journal { path: PathBuf, source: io::Error },
 }
 
 fn io_error<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> DaemonError + 'a {

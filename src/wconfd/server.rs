@@ -1037,7 +1037,7 @@ impl Server {
             let started = Instant::now();
             self.store
                 .write_snapshot(&self.manager)
-                .map_err(DaemonError::Journal)?;
+                .map_err(durability_lost(self.store.snapshot_path()))?;
             tracing::info!(
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 holdings = self.manager.holding_count(),
@@ -1051,7 +1051,9 @@ impl Server {
     /// retried as if it had worked: wconfd stops (DECISIONS D8).
     fn commit(&mut self) -> Result<(), DaemonError> {
         if self.store.has_unwritten() {
-            self.store.commit().map_err(DaemonError::Journal)?;
+            self.store
+                .commit()
+                .map_err(durability_lost(self.store.journal_path()))?;
             self.commits += 1;
         }
         Ok(())
@@ -1185,6 +1187,14 @@ fn consume(connection: &mut Connection, discard: &mut [u8]) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A write or sync of the lock state failed: see [`DaemonError::Journal`].
+fn durability_lost(path: &Path) -> impl FnOnce(io::Error) -> DaemonError + '_ {
+    move |source| DaemonError::Journal {
+        path: path.to_owned(),
+        source,
+    }
 }
 
 /// Ganeti's shape of a failed verification: its ConfigWriter reads

@@ -14,6 +14,8 @@
 
 mod cli;
 mod daemon;
+mod damaged_lock_state;
+mod damaged_state;
 mod ganeti_client;
 mod harness;
 mod lock_exhaustive;
@@ -21,6 +23,7 @@ mod lock_properties;
 mod luxid;
 mod reference;
 mod runner;
+mod storage_faults;
 mod wconfd_bad_input;
 mod wconfd_liveness;
 mod wconfd_rpc;
