@@ -2,6 +2,8 @@
 //! then the byte 0x03 (ETX). No length prefix, so the reader scans for ETX
 //! and refuses to buffer more than the frame limit.
 
+use crate::limits::CONNECTION_BUFFER_RETAINED_BYTES_MAX;
+
 /// The byte that ends every message.
 pub const ETX: u8 = 0x03;
 
@@ -102,6 +104,9 @@ impl FrameReader {
                 if self.start == self.end {
                     self.start = 0;
                     self.end = 0;
+                    if self.data.len() > CONNECTION_BUFFER_RETAINED_BYTES_MAX {
+                        self.data = Vec::new();
+                    }
                 }
                 if frame.len() > self.limit_bytes {
                     return Err(FrameError::TooLong {
@@ -125,6 +130,11 @@ impl FrameReader {
     /// Bytes received but not yet part of a complete frame.
     pub fn buffered_bytes(&self) -> usize {
         self.end - self.start
+    }
+
+    /// Bytes the buffer holds on to, received or not.
+    pub fn allocated_bytes(&self) -> usize {
+        self.data.capacity()
     }
 }
 
@@ -160,6 +170,35 @@ mod tests {
             Err(FrameError::TooLong { limit_bytes: 8 })
         );
         assert!(reader.spare(4096).is_none());
+    }
+
+    #[test]
+    fn a_large_frame_does_not_leave_a_large_buffer_behind() {
+        let mut reader = FrameReader::new(1024 * 1024);
+        let mut frame = vec![b' '; 512 * 1024];
+        frame.push(ETX);
+        let mut offset = 0;
+        while offset < frame.len() {
+            let spare = reader.spare(64 * 1024).expect("room");
+            let len = spare.len().min(frame.len() - offset);
+            spare[..len].copy_from_slice(&frame[offset..offset + len]);
+            let spare_len = spare.len();
+            reader.commit(spare_len, len);
+            offset += len;
+        }
+        assert!(reader.allocated_bytes() > 512 * 1024);
+        assert_eq!(
+            reader.next_frame().map(|frame| frame.map(|f| f.len())),
+            Ok(Some(512 * 1024))
+        );
+        assert!(reader.allocated_bytes() <= CONNECTION_BUFFER_RETAINED_BYTES_MAX);
+        // A small one keeps its buffer of one chunk.
+        let spare = reader.spare(64 * 1024).expect("room");
+        spare[..2].copy_from_slice(b"x\x03");
+        let spare_len = spare.len();
+        reader.commit(spare_len, 2);
+        assert_eq!(reader.next_frame(), Ok(Some(b"x".to_vec())));
+        assert_eq!(reader.allocated_bytes(), 64 * 1024);
     }
 
     #[test]

@@ -13,12 +13,15 @@
 //!   states.
 
 mod cli;
+mod corpus;
 mod daemon;
 mod ganeti_client;
 mod harness;
+mod load;
 mod lock_exhaustive;
 mod lock_properties;
 mod luxid;
+mod luxid_bad_input;
 mod reference;
 mod runner;
 mod wconfd_bad_input;
