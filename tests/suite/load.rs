@@ -170,9 +170,11 @@ fn both_daemons_stay_responsive_under_load() {
         open_luxid.push(client);
     }
     report.push(format!(
-        "{} connections opened in {:?}",
+        "{} connections opened in {:?}; VmRSS wconfd {} KiB, luxid {} KiB",
         2 * size.connections,
-        started.elapsed()
+        started.elapsed(),
+        rss(wconfd_pid),
+        rss(luxid_pid)
     ));
 
     // The state is there.
