@@ -880,8 +880,21 @@ impl Server {
         let limit_bytes = self.settings.luxid.frame_bytes_max;
         let mut answer_bytes = 0;
         let mut rows = Vec::with_capacity(ids.len().min(1024));
+        // The row of a finished job (decoded) or an archived one (read
+        // from disk) is made once, however often it is asked for.
+        let mut made: HashMap<JobId, Value> = HashMap::new();
         for id in ids {
-            let row = self.row(id, &fields);
+            let row = match made.get(&id) {
+                Some(row) => row.clone(),
+                None if self.jobs.contains_key(&id) || id > self.queue.serial() => {
+                    self.row(id, &fields)
+                }
+                None => {
+                    let row = self.row(id, &fields);
+                    made.insert(id, row.clone());
+                    row
+                }
+            };
             answer_bytes += encoded_bytes(&row) + 1;
             if answer_bytes > limit_bytes {
                 return Err(WireError::generic(format!(
@@ -901,6 +914,11 @@ impl Server {
             Some(job) => {
                 archived = false;
                 Some(job)
+            }
+            // Above the serial no job was ever submitted: nothing to read.
+            None if id > self.queue.serial() => {
+                archived = false;
+                None
             }
             None => {
                 archived = true;

@@ -489,3 +489,38 @@ fn connections_that_sent_large_frames_do_not_keep_large_buffers() {
     eprintln!("luxid: VmRSS grew {grown} KiB");
     assert!(grown < 48 * 1024, "luxid's VmRSS grew {grown} KiB");
 }
+
+#[test]
+fn a_query_of_many_unknown_or_repeated_ids_does_not_stall_luxid() {
+    let fixture = Fixture::start("");
+    let before = fixture.fingerprint();
+    // Job 1 is archived: each row of it was a read of its file, so a
+    // million of them kept luxid from everyone for about half a minute.
+    // Ids above the serial were never submitted: each was a failed open.
+    let archived = vec![1u64; 1_000_000];
+    let unknown: Vec<u64> = (1_000_000..1_300_000).collect();
+    for ids in [archived, unknown] {
+        let mut big = fixture.cluster.client();
+        big.send("QueryJobs", json!([ids, ["id"]])).expect("send");
+        let mut other = fixture.cluster.client();
+        other
+            .stream()
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .expect("set a read timeout");
+        assert_eq!(
+            other
+                .call("QueryConfigValues", json!([["cluster_name"]]))
+                .expect("an answer within 5 s"),
+            json!(["warden"])
+        );
+        // Within the harness's deadline (10 s): one row per id.
+        let rows = big.read_response().expect("an answer").expect("rows");
+        let rows = rows.as_array().expect("rows");
+        assert_eq!(rows.len(), ids.len());
+        assert!(
+            rows.iter().zip(&ids).all(|(row, id)| *row == json!([id])),
+            "rows with other ids"
+        );
+    }
+    assert_eq!(fixture.fingerprint(), before);
+}
