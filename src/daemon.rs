@@ -11,6 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use mio::net::{UnixListener, UnixStream};
 use mio::{Interest, Registry, Token};
 
+use crate::limits::CONNECTION_BUFFER_RETAINED_BYTES_MAX;
 use crate::liveness::{self, Livelock};
 use crate::protocol::{WireError, encode_failure};
 use crate::sys::{self, PeerCredentials};
@@ -231,6 +232,10 @@ pub fn write_out(stream: &mut UnixStream, output: &mut Vec<u8>) -> io::Result<()
         }
     };
     output.drain(..written);
+    // A large answer does not leave a large buffer behind.
+    if output.is_empty() && output.capacity() > CONNECTION_BUFFER_RETAINED_BYTES_MAX {
+        *output = Vec::new();
+    }
     result
 }
 

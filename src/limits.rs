@@ -63,6 +63,16 @@ pub const FRAME_BYTES_MAX_RANGE: RangeInclusive<usize> = 4 * 1024..=1024 * 1024 
 /// margin over `max_running_jobs` (the daemon raises its descriptor limit
 /// to fit).
 pub const CONNECTIONS_MAX_DEFAULT: usize = 1024;
+/// Buffer bytes (read or write) a connection keeps once it is empty: one
+/// read chunk. A larger buffer, left by a large frame, is freed, so idle
+/// connections cost at most this each instead of up to the frame limit.
+pub const CONNECTION_BUFFER_RETAINED_BYTES_MAX: usize = 64 * 1024;
+
+/// Replies (in bytes) a luxid connection may have waiting to be written
+/// before luxid stops answering it until its client reads: a client that
+/// sends requests and never reads cannot make the daemon buffer without
+/// bound. wconfd keeps the same bound.
+pub const CONNECTION_OUTPUT_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// At least one client must fit; above 65536 the per-connection buffers
 /// alone would be gigabytes.
 pub const CONNECTIONS_MAX_RANGE: RangeInclusive<usize> = 1..=65_536;

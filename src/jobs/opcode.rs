@@ -870,4 +870,150 @@ mod tests {
             assert!(error.0.contains("Dependency on job"), "{error}");
         }
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// A valid opcode as a client sends it: either kind, optional
+        /// fields present, `null` or absent.
+        fn valid_opcode() -> impl Strategy<Value = Value> {
+            let optional = |value: BoxedStrategy<Value>| {
+                prop_oneof![Just(None), Just(Some(Value::Null)), value.prop_map(Some)]
+            };
+            let common = (
+                optional(
+                    proptest::sample::select(SUBMIT_PRIORITIES.to_vec())
+                        .prop_map(Value::from)
+                        .boxed(),
+                ),
+                optional(
+                    proptest::collection::vec(
+                        (
+                            -5i64..5,
+                            proptest::sample::subsequence(
+                                vec!["success", "error", "canceled"],
+                                0..=3,
+                            ),
+                        )
+                            .prop_filter("not 0", |(job, _)| *job != 0)
+                            .prop_map(|(job, statuses)| json!([job, statuses])),
+                        0..3,
+                    )
+                    .prop_map(Value::Array)
+                    .boxed(),
+                ),
+                optional(".{0,10}".prop_map(Value::String).boxed()),
+                optional(any::<bool>().prop_map(Value::Bool).boxed()),
+            );
+            let delay = (
+                0.0f64..10.0,
+                optional(any::<bool>().prop_map(Value::Bool).boxed()),
+                0u64..5,
+            )
+                .prop_map(|(duration, on_master, repeat)| {
+                    let mut op =
+                        json!({"OP_ID": OP_TEST_DELAY, "duration": duration, "repeat": repeat});
+                    if let Some(on_master) = on_master {
+                        op["on_master"] = on_master;
+                    }
+                    op
+                });
+            let exec = (
+                proptest::collection::vec("[a-z/]{1,8}", 1..4),
+                optional((0.5f64..1000.0).prop_map(Value::from).boxed()),
+                proptest::sample::subsequence(vec!["node/a", "node/b", "instance/i"], 0..=3),
+            )
+                .prop_map(|(argv, timeout, locks)| {
+                    let locks: Vec<Value> =
+                        locks.iter().map(|lock| json!([lock, "shared"])).collect();
+                    let mut op = json!({"OP_ID": OP_EXEC, "argv": argv, "locks": locks});
+                    if let Some(timeout) = timeout {
+                        op["timeout"] = timeout;
+                    }
+                    op
+                });
+            (prop_oneof![delay, exec], common).prop_map(
+                |(mut op, (priority, depends, comment, dry_run))| {
+                    for (name, value) in [
+                        ("priority", priority),
+                        ("depends", depends),
+                        ("comment", comment),
+                        ("dry_run", dry_run),
+                    ] {
+                        if let Some(value) = value {
+                            op[name] = value;
+                        }
+                    }
+                    op
+                },
+            )
+        }
+
+        proptest! {
+            /// Whatever a client sends as an opcode: checked or refused,
+            /// never a panic, and luxid's rewrites of it never panic.
+            #[test]
+            fn any_value_is_checked_or_refused(
+                input in crate::protocol::arbitrary::json(),
+                job in 1u64..u64::MAX,
+            ) {
+                if parse(&input).is_ok() {
+                    let _ = with_absolute_dependencies(&input, job);
+                    let _ = with_submit_reason(&input, job, 0, 1);
+                }
+            }
+
+            /// An opcode field by field: any value in any field of a
+            /// valid opcode is checked or refused, never a panic.
+            #[test]
+            fn any_field_value_is_checked_or_refused(
+                op in valid_opcode(),
+                field in proptest::sample::select(vec![
+                    "OP_ID", "priority", "depends", "comment", "reason", "dry_run",
+                    "debug_level", "duration", "on_master", "on_nodes", "on_node_uuids",
+                    "repeat", "interruptible", "no_locks", "argv", "env", "cwd",
+                    "timeout", "locks", "stdin", "unknown",
+                ]),
+                value in crate::protocol::arbitrary::json(),
+            ) {
+                let mut op = op;
+                op[field] = value;
+                if let Ok(parsed) = parse(&op) {
+                    let _ = parsed.locks();
+                    let _ = with_absolute_dependencies(&op, 100);
+                }
+            }
+
+            /// A valid opcode is accepted, and what luxid stores (absolute
+            /// dependencies, its reason appended) is accepted again as the
+            /// same opcode.
+            #[test]
+            fn valid_opcodes_round_trip(op in valid_opcode(), index in 0usize..10) {
+                let parsed = parse(&op).expect("a valid opcode");
+                let job = 10;
+                let stored = with_submit_reason(
+                    &with_absolute_dependencies(&op, job).expect("dependencies resolve"),
+                    job,
+                    index,
+                    7,
+                );
+                let again = parse(&stored).expect("the stored opcode is valid");
+                prop_assert_eq!(&again.kind, &parsed.kind);
+                prop_assert_eq!(again.common.priority, parsed.common.priority);
+                prop_assert_eq!(&again.common.comment, &parsed.common.comment);
+                prop_assert_eq!(again.common.reason.len(), parsed.common.reason.len() + 1);
+                let absolute: Vec<i64> = parsed
+                    .common
+                    .depends
+                    .iter()
+                    .map(|dependency| if dependency.job < 0 { 10 + dependency.job } else { dependency.job })
+                    .collect();
+                let stored_jobs: Vec<i64> = again.common.depends.iter().map(|dependency| dependency.job).collect();
+                prop_assert_eq!(stored_jobs, absolute);
+                // Stored twice, it stays the same (ids are absolute now).
+                prop_assert_eq!(with_absolute_dependencies(&stored, job).expect("valid"), stored);
+            }
+        }
+    }
 }

@@ -34,7 +34,7 @@ use crate::client::{Client as WconfdClient, ClientError, Daemon};
 use crate::daemon::{self, Admission};
 use crate::jobs::opcode::{self, SUBMIT_PRIORITIES};
 use crate::jobs::{FIELDS, Job, JobId, QueuedOpcode, Status, Timestamp};
-use crate::limits::WAIT_FOR_CHANGE_SECONDS_MAX;
+use crate::limits::{CONNECTION_OUTPUT_BYTES_MAX, WAIT_FOR_CHANGE_SECONDS_MAX};
 use crate::liveness::{self, Livelock};
 use crate::protocol::{
     Args, FrameReader, WireError, encode_failure, encode_success, parse_request,
@@ -594,7 +594,12 @@ impl Server {
             let Some(connection) = self.connections.get_mut(&token) else {
                 return;
             };
-            if connection.held.is_some() || connection.closing {
+            // Backed-up replies pause the connection until its client
+            // reads (`flush` reads it again then).
+            if connection.held.is_some()
+                || connection.closing
+                || connection.output.len() + connection.staged.len() > CONNECTION_OUTPUT_BYTES_MAX
+            {
                 return;
             }
             let frame = match connection.reader.next_frame() {
@@ -632,6 +637,7 @@ impl Server {
         let Some(connection) = self.connections.get_mut(&token) else {
             return;
         };
+        let before = connection.output.len();
         let written =
             daemon::write_out(&mut connection.stream, &mut connection.output).and_then(|()| {
                 daemon::watch_writable(
@@ -648,6 +654,13 @@ impl Server {
         }
         if connection.output.is_empty() && connection.closing && connection.staged.is_empty() {
             self.close(token);
+        } else if connection.output.is_empty()
+            && before > 0
+            && connection.reader.buffered_bytes() > 0
+        {
+            // Answering paused while output was backed up; the socket
+            // may hold more than the frame buffer took.
+            self.ready.push(token);
         }
     }
 
@@ -873,9 +886,36 @@ impl Server {
                 .collect::<Result<_, _>>()?,
             _ => return Err(args.bad(0, "is neither a list of job ids nor null")),
         };
-        Ok(Value::Array(
-            ids.into_iter().map(|id| self.row(id, &fields)).collect(),
-        ))
+        // Rows are counted as they are made: a short request (the same id
+        // many times, every field) must not build an answer of gigabytes.
+        let limit_bytes = self.settings.luxid.frame_bytes_max;
+        let mut answer_bytes = 0;
+        let mut rows = Vec::with_capacity(ids.len().min(1024));
+        // The row of a finished job (decoded) or an archived one (read
+        // from disk) is made once, however often it is asked for.
+        let mut made: HashMap<JobId, Value> = HashMap::new();
+        for id in ids {
+            let row = match made.get(&id) {
+                Some(row) => row.clone(),
+                None if self.jobs.contains_key(&id) || id > self.queue.serial() => {
+                    self.row(id, &fields)
+                }
+                None => {
+                    let row = self.row(id, &fields);
+                    made.insert(id, row.clone());
+                    row
+                }
+            };
+            answer_bytes += encoded_bytes(&row) + 1;
+            if answer_bytes > limit_bytes {
+                return Err(WireError::generic(format!(
+                    "the answer would be longer than the frame limit of {limit_bytes} bytes; \
+                     ask for fewer jobs or fields"
+                )));
+            }
+            rows.push(row);
+        }
+        Ok(Value::Array(rows))
     }
 
     /// A QueryJobs row; an unknown job has its id and nulls.
@@ -885,6 +925,11 @@ impl Server {
             Some(job) => {
                 archived = false;
                 Some(job)
+            }
+            // Above the serial no job was ever submitted: nothing to read.
+            None if id > self.queue.serial() => {
+                archived = false;
+                None
             }
             None => {
                 archived = true;
@@ -1021,8 +1066,11 @@ impl Server {
         }
         self.flush(token);
         // Later requests are answered now; their replies are staged and go
-        // out with the turn's (after its new jobs are durable).
+        // out with the turn's (after its new jobs are durable). Epoll is
+        // edge triggered: requests left in the socket while the frame
+        // buffer was full would never be read without this.
         self.process_frames(token);
+        self.ready.push(token);
     }
 
     fn cancel_job(&mut self, method: &str, args: &[Value]) -> Result<Value, WireError> {
@@ -1716,6 +1764,23 @@ fn build_job(ops: &Value, id: JobId) -> Result<Job, WireError> {
     })
 }
 
+/// The length of `value` as JSON, counted without keeping the text.
+fn encoded_bytes(value: &Value) -> usize {
+    struct Counter(usize);
+    impl io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    serde_json::to_writer(&mut counter, value).expect("counting JSON cannot fail");
+    counter.0
+}
+
 fn prereq(message: impl Into<String>) -> WireError {
     WireError {
         class: "OpPrereqError",
@@ -1785,4 +1850,57 @@ fn change_reply(
         .collect();
     let changed = &values != previous || !log.is_empty() || job.is_final();
     (changed || !only_if_changed).then(|| json!([values, log]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_long_answer_is_counted_without_being_written() {
+        let value = json!([1, "two", {"three": [null, 3.5]}]);
+        assert_eq!(
+            encoded_bytes(&value),
+            serde_json::to_vec(&value).expect("JSON").len()
+        );
+    }
+
+    proptest! {
+        /// Whatever a submission holds, it becomes a job or an
+        /// `OpPrereqError`, never a panic; a job keeps one opcode per
+        /// submitted one.
+        #[test]
+        fn any_submission_is_a_job_or_refused(
+            ops in crate::protocol::arbitrary::json(),
+            id in 1u64..u64::MAX,
+        ) {
+            match build_job(&ops, id) {
+                Ok(job) => {
+                    prop_assert_eq!(job.id, id);
+                    prop_assert_eq!(job.ops.len(), ops.as_array().map_or(0, Vec::len));
+                    prop_assert!(!job.is_final());
+                }
+                Err(error) => prop_assert_eq!(error.class, "OpPrereqError"),
+            }
+        }
+
+        /// Job ids, field lists and `WaitForJobChange` replies from any
+        /// arguments: a value or an error naming the argument.
+        #[test]
+        fn any_job_id_or_field_list_is_checked(
+            args in proptest::collection::vec(crate::protocol::arbitrary::json(), 2),
+        ) {
+            let args = Args::exactly("QueryJobs", &args, 2).expect("two arguments");
+            if let Ok(id) = job_id(&args, 0) {
+                prop_assert!(id > 0);
+            }
+            if let Ok(fields) = field_names(&args, 1) {
+                let job = build_job(&json!([{"OP_ID": "OP_EXEC", "argv": ["/bin/true"]}]), 1)
+                    .expect("a valid job");
+                let reply = change_reply(&job, &fields, args.get(0), 0, false).expect("unconditional");
+                prop_assert_eq!(reply[0].as_array().map(Vec::len), Some(fields.len()));
+            }
+        }
+    }
 }

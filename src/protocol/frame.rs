@@ -2,6 +2,8 @@
 //! then the byte 0x03 (ETX). No length prefix, so the reader scans for ETX
 //! and refuses to buffer more than the frame limit.
 
+use crate::limits::CONNECTION_BUFFER_RETAINED_BYTES_MAX;
+
 /// The byte that ends every message.
 pub const ETX: u8 = 0x03;
 
@@ -102,6 +104,9 @@ impl FrameReader {
                 if self.start == self.end {
                     self.start = 0;
                     self.end = 0;
+                    if self.data.len() > CONNECTION_BUFFER_RETAINED_BYTES_MAX {
+                        self.data = Vec::new();
+                    }
                 }
                 if frame.len() > self.limit_bytes {
                     return Err(FrameError::TooLong {
@@ -125,6 +130,11 @@ impl FrameReader {
     /// Bytes received but not yet part of a complete frame.
     pub fn buffered_bytes(&self) -> usize {
         self.end - self.start
+    }
+
+    /// Bytes the buffer holds on to, received or not.
+    pub fn allocated_bytes(&self) -> usize {
+        self.data.capacity()
     }
 }
 
@@ -160,6 +170,35 @@ mod tests {
             Err(FrameError::TooLong { limit_bytes: 8 })
         );
         assert!(reader.spare(4096).is_none());
+    }
+
+    #[test]
+    fn a_large_frame_does_not_leave_a_large_buffer_behind() {
+        let mut reader = FrameReader::new(1024 * 1024);
+        let mut frame = vec![b' '; 512 * 1024];
+        frame.push(ETX);
+        let mut offset = 0;
+        while offset < frame.len() {
+            let spare = reader.spare(64 * 1024).expect("room");
+            let len = spare.len().min(frame.len() - offset);
+            spare[..len].copy_from_slice(&frame[offset..offset + len]);
+            let spare_len = spare.len();
+            reader.commit(spare_len, len);
+            offset += len;
+        }
+        assert!(reader.allocated_bytes() > 512 * 1024);
+        assert_eq!(
+            reader.next_frame().map(|frame| frame.map(|f| f.len())),
+            Ok(Some(512 * 1024))
+        );
+        assert!(reader.allocated_bytes() <= CONNECTION_BUFFER_RETAINED_BYTES_MAX);
+        // A small one keeps its buffer of one chunk.
+        let spare = reader.spare(64 * 1024).expect("room");
+        spare[..2].copy_from_slice(b"x\x03");
+        let spare_len = spare.len();
+        reader.commit(spare_len, 2);
+        assert_eq!(reader.next_frame(), Ok(Some(b"x".to_vec())));
+        assert_eq!(reader.allocated_bytes(), 64 * 1024);
     }
 
     #[test]
@@ -232,6 +271,70 @@ mod tests {
             }
             prop_assert!(refused || reader.next_frame().is_err());
             prop_assert!(reader.buffered_bytes() <= limit + 1);
+        }
+
+        /// Any bytes (ETX anywhere), any chunking, any limit: the reader
+        /// agrees with a plain split at ETX. It yields the complete frames
+        /// in order up to the first one over the limit, refuses that one
+        /// (or a trailing partial frame over the limit), and otherwise
+        /// holds exactly the trailing partial frame.
+        #[test]
+        fn the_reader_agrees_with_a_plain_split(
+            stream in proptest::collection::vec(
+                prop_oneof![Just(ETX), Just(b'{'), any::<u8>()],
+                0..2000,
+            ),
+            chunks in proptest::collection::vec(0usize..300, 1..30),
+            limit in 1usize..400,
+        ) {
+            // The reference.
+            let mut pieces: Vec<&[u8]> = stream.split(|byte| *byte == ETX).collect();
+            let partial = pieces.pop().expect("split yields at least one piece");
+            let refused_at = pieces.iter().position(|piece| piece.len() > limit);
+            let expected: Vec<Vec<u8>> = pieces[..refused_at.unwrap_or(pieces.len())]
+                .iter()
+                .map(|piece| piece.to_vec())
+                .collect();
+            let expected_refused = refused_at.is_some() || partial.len() > limit;
+
+            let mut reader = FrameReader::new(limit);
+            let mut received = Vec::new();
+            let mut refused = false;
+            let mut offset = 0;
+            // Chunks of 0 are reads that found nothing; one chunk that is
+            // not keeps the feed moving.
+            let mut chunks = chunks.into_iter().chain([64]).cycle();
+            'feed: while offset < stream.len() {
+                let chunk = chunks.next().expect("cycled").min(stream.len() - offset);
+                let Some(spare) = reader.spare(chunk.max(1)) else {
+                    // Full: only a frame over the limit can fill it.
+                    refused = reader.next_frame().is_err();
+                    prop_assert!(refused, "the buffer is full but nothing was refused");
+                    break;
+                };
+                let len = spare.len().min(chunk);
+                spare[..len].copy_from_slice(&stream[offset..offset + len]);
+                let spare_len = spare.len();
+                reader.commit(spare_len, len);
+                offset += len;
+                loop {
+                    match reader.next_frame() {
+                        Ok(Some(frame)) => received.push(frame),
+                        Ok(None) => break,
+                        Err(FrameError::TooLong { limit_bytes }) => {
+                            prop_assert_eq!(limit_bytes, limit);
+                            refused = true;
+                            break 'feed;
+                        }
+                    }
+                }
+                prop_assert!(reader.buffered_bytes() <= limit + 1);
+            }
+            prop_assert_eq!(&received, &expected);
+            prop_assert_eq!(refused, expected_refused);
+            if !refused {
+                prop_assert_eq!(reader.buffered_bytes(), partial.len());
+            }
         }
     }
 }

@@ -3,6 +3,8 @@
 //! into typed requests. Only this module and `store` know JSON; the cores
 //! see typed values.
 
+#[cfg(test)]
+pub mod arbitrary;
 pub mod frame;
 pub mod wconfd;
 

@@ -479,6 +479,7 @@ pub fn lock_error(error: &LockError) -> WireError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
 
     const LIMITS: DecodeLimits = DecodeLimits {
@@ -607,5 +608,239 @@ mod tests {
         )
         .expect_err("too many");
         assert!(error.message().contains("over the limit of 3"), "{error}");
+    }
+
+    /// Every method name, and some that are none.
+    const METHOD_NAMES: [&str; 27] = [
+        "echo",
+        "cleanupLocks",
+        "readConfig",
+        "verifyConfig",
+        "flushConfig",
+        "listAllLocks",
+        "listAllLocksOwners",
+        "listLocksWaitingStatus",
+        "listWaiters",
+        "writeConfig",
+        "writeConfigAndUnlock",
+        "lockConfig",
+        "unlockConfig",
+        "listLocks",
+        "hasPendingRequest",
+        "freeLocks",
+        "tryUpdateLocks",
+        "updateLocksWaiting",
+        "awaitLocks",
+        "freeLocksLevel",
+        "downGradeLocksLevel",
+        "intersectLocks",
+        "opportunisticLockUnion",
+        "guardedOpportunisticLockUnion",
+        "",
+        "Echo",
+        "noSuchMethod",
+    ];
+
+    fn owner_strategy() -> impl Strategy<Value = Owner> {
+        (
+            prop_oneof![
+                any::<u64>().prop_map(Ident::Job),
+                ".{0,8}".prop_map(Ident::Name)
+            ],
+            ".{0,12}",
+            1..=i32::MAX as u32,
+        )
+            .prop_map(|(ident, livelock, pid)| Owner {
+                ident,
+                livelock,
+                pid,
+            })
+    }
+
+    fn lock_strategy() -> impl Strategy<Value = LockName> {
+        prop_oneof![
+            Just("cluster/BGL".to_owned()),
+            Just("node/[lockset]".to_owned()),
+            Just("cluster/config".to_owned()),
+            "(node|instance|nodegroup|node-res|network)/[a-z0-9.-]{1,12}",
+        ]
+        .prop_map(|text| LockName::parse(&text).expect("a valid lock name"))
+    }
+
+    fn mode_strategy() -> impl Strategy<Value = Mode> {
+        prop_oneof![Just(Mode::Shared), Just(Mode::Exclusive)]
+    }
+
+    fn entry_strategy() -> impl Strategy<Value = Entry> {
+        (
+            lock_strategy(),
+            prop_oneof![
+                Just(Action::Release),
+                mode_strategy().prop_map(Action::Acquire)
+            ],
+        )
+            .prop_map(|(lock, action)| Entry::new(lock, action))
+    }
+
+    fn level_strategy() -> impl Strategy<Value = Level> {
+        proptest::sample::select(vec![
+            "cluster",
+            "instance",
+            "nodegroup",
+            "node",
+            "node-res",
+            "network",
+            "config",
+        ])
+        .prop_map(|name| Level::parse(name).expect("a valid level"))
+    }
+
+    /// A valid request of a method that takes arguments, as a typed value.
+    fn request_strategy() -> impl Strategy<Value = WconfdRequest> {
+        use WconfdRequest::*;
+        let entries = || proptest::collection::vec(entry_strategy(), 0..=3);
+        let wanted = || proptest::collection::vec((lock_strategy(), mode_strategy()), 0..=3);
+        prop_oneof![
+            ".{0,20}".prop_map(Echo),
+            owner_strategy().prop_map(|owner| ListLocks { owner }),
+            owner_strategy().prop_map(|owner| FreeLocks { owner }),
+            (owner_strategy(), any::<bool>())
+                .prop_map(|(owner, shared)| LockConfig { owner, shared }),
+            (owner_strategy(), entries())
+                .prop_map(|(owner, request)| TryUpdateLocks { owner, request }),
+            (owner_strategy(), any::<i64>(), entries()).prop_map(|(owner, priority, request)| {
+                UpdateLocksWaiting {
+                    owner,
+                    priority,
+                    request,
+                }
+            }),
+            (owner_strategy(), any::<i64>(), entries(), 0..=60_000u64).prop_map(
+                |(owner, priority, request, timeout_ms)| AwaitLocks {
+                    owner,
+                    priority,
+                    request,
+                    timeout_ms,
+                }
+            ),
+            (owner_strategy(), level_strategy())
+                .prop_map(|(owner, level)| FreeLocksLevel { owner, level }),
+            (owner_strategy(), level_strategy())
+                .prop_map(|(owner, level)| DownGradeLocksLevel { owner, level }),
+            (
+                owner_strategy(),
+                proptest::collection::vec(lock_strategy(), 0..=3)
+            )
+                .prop_map(|(owner, locks)| IntersectLocks { owner, locks }),
+            (owner_strategy(), wanted())
+                .prop_map(|(owner, wanted)| OpportunisticLockUnion { owner, wanted }),
+            (0..1000usize, owner_strategy(), wanted()).prop_map(|(count, owner, wanted)| {
+                GuardedOpportunisticLockUnion {
+                    count,
+                    owner,
+                    wanted,
+                }
+            }),
+        ]
+    }
+
+    /// A typed request as a client sends it.
+    fn encode_request(request: &WconfdRequest) -> (&'static str, Value) {
+        use WconfdRequest::*;
+        let entries = |request: &[Entry]| -> Value {
+            Value::Array(request.iter().map(encode_entry).collect())
+        };
+        match request {
+            Echo(text) => ("echo", json!([text])),
+            ListLocks { owner } => ("listLocks", json!([encode_owner(owner)])),
+            FreeLocks { owner } => ("freeLocks", json!([encode_owner(owner)])),
+            LockConfig { owner, shared } => ("lockConfig", json!([encode_owner(owner), shared])),
+            TryUpdateLocks { owner, request } => (
+                "tryUpdateLocks",
+                json!([encode_owner(owner), entries(request)]),
+            ),
+            UpdateLocksWaiting {
+                owner,
+                priority,
+                request,
+            } => (
+                "updateLocksWaiting",
+                json!([encode_owner(owner), priority, entries(request)]),
+            ),
+            AwaitLocks {
+                owner,
+                priority,
+                request,
+                timeout_ms,
+            } => (
+                "awaitLocks",
+                json!([encode_owner(owner), priority, entries(request), timeout_ms]),
+            ),
+            FreeLocksLevel { owner, level } => (
+                "freeLocksLevel",
+                json!([encode_owner(owner), level.as_str()]),
+            ),
+            DownGradeLocksLevel { owner, level } => (
+                "downGradeLocksLevel",
+                json!([encode_owner(owner), level.as_str()]),
+            ),
+            IntersectLocks { owner, locks } => (
+                "intersectLocks",
+                json!([encode_owner(owner), encode_locks(locks)]),
+            ),
+            OpportunisticLockUnion { owner, wanted } => (
+                "opportunisticLockUnion",
+                json!([encode_owner(owner), encode_lock_modes(wanted)]),
+            ),
+            GuardedOpportunisticLockUnion {
+                count,
+                owner,
+                wanted,
+            } => (
+                "guardedOpportunisticLockUnion",
+                json!([count, encode_owner(owner), encode_lock_modes(wanted)]),
+            ),
+            other => panic!("not generated: {other:?}"),
+        }
+    }
+
+    proptest! {
+        /// Any arguments to any method: an answer (a request or an error
+        /// naming the method), never a panic.
+        #[test]
+        fn any_arguments_decode_or_are_refused(
+            method in proptest::sample::select(&METHOD_NAMES[..]),
+            args in proptest::collection::vec(crate::protocol::arbitrary::json(), 0..5),
+        ) {
+            let request = Request { method: method.to_owned(), args };
+            match WconfdRequest::decode(&request, &LIMITS) {
+                Ok(decoded) => {
+                    let _ = decoded.owner();
+                }
+                Err(error) => {
+                    prop_assert_eq!(error.class, "GenericError");
+                    prop_assert!(!error.message().is_empty());
+                }
+            }
+        }
+
+        /// Whole requests as bytes: whatever arrives, an answer.
+        #[test]
+        fn any_frame_parses_or_is_refused(frame in proptest::collection::vec(any::<u8>(), 0..200)) {
+            if let Ok(request) = crate::protocol::parse_request(&frame) {
+                let _ = WconfdRequest::decode(&request, &LIMITS);
+            }
+        }
+
+        /// What a client encodes from a valid request decodes back to it,
+        /// through the wire's bytes.
+        #[test]
+        fn valid_requests_round_trip(request in request_strategy()) {
+            let (method, args) = encode_request(&request);
+            let bytes = serde_json::to_vec(&json!({"method": method, "args": args}))
+                .expect("JSON to a Vec");
+            let parsed = crate::protocol::parse_request(&bytes).expect("a valid request");
+            prop_assert_eq!(WconfdRequest::decode(&parsed, &LIMITS), Ok(request));
+        }
     }
 }

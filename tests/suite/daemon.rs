@@ -52,6 +52,17 @@ pub fn elapsed_between(since: SystemTime, then: SystemTime) -> Duration {
     then.duration_since(since).unwrap_or(Duration::ZERO)
 }
 
+/// A memory figure of a process from `/proc/PID/status`, in KiB
+/// (`VmRSS`: resident now; `VmHWM`: the peak).
+pub fn memory_kib(pid: u32, field: &str) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
 /// A unique number for this test process (livelock names, log names).
 fn next_serial() -> u64 {
     static SERIAL: AtomicU64 = AtomicU64::new(1);

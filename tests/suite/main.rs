@@ -13,14 +13,17 @@
 //!   states.
 
 mod cli;
+mod corpus;
 mod daemon;
 mod damaged_lock_state;
 mod damaged_state;
 mod ganeti_client;
 mod harness;
+mod load;
 mod lock_exhaustive;
 mod lock_properties;
 mod luxid;
+mod luxid_bad_input;
 mod reference;
 mod runner;
 mod storage_faults;

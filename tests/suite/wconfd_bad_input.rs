@@ -10,6 +10,9 @@ use std::os::unix::net::UnixStream;
 
 use serde_json::{Value, json};
 
+use crate::corpus::{
+    Accepts, Method, bad_envelopes, bad_frames, check_frame_limit, send_expecting_errors,
+};
 use crate::daemon::{Client, DEADLINE, OwnerProcess, Root, Wconfd, wait_until};
 
 /// A daemon with some locks and a waiter, and what its state must stay.
@@ -1026,4 +1029,209 @@ fn requests_before_a_half_close_are_answered_even_with_an_await_held() {
         first.expect("an answer to the echo sent before the await"),
         Ok(json!("first"))
     );
+}
+
+// ----- the generated corpus -----
+
+fn is_string(value: &Value) -> bool {
+    value.is_string()
+}
+
+fn is_bool(value: &Value) -> bool {
+    value.is_boolean()
+}
+
+fn is_object(value: &Value) -> bool {
+    value.is_object()
+}
+
+fn is_i64(value: &Value) -> bool {
+    value.is_i64()
+}
+
+fn is_u64(value: &Value) -> bool {
+    value.is_u64()
+}
+
+fn is_timeout(value: &Value) -> bool {
+    value.as_u64().is_some_and(|ms| ms <= 3_600_000)
+}
+
+fn is_level(value: &Value) -> bool {
+    value
+        .as_str()
+        .is_some_and(|text| warden::locks::Level::parse(text).is_ok())
+}
+
+fn all(value: &Value, valid: fn(&Value) -> bool) -> bool {
+    value
+        .as_array()
+        .is_some_and(|items| items.iter().all(valid))
+}
+
+fn is_lock(value: &Value) -> bool {
+    warden::protocol::wconfd::decode_lock(value).is_ok()
+}
+
+fn is_entries(value: &Value) -> bool {
+    all(value, |item| {
+        warden::protocol::wconfd::decode_entry(item).is_ok()
+    })
+}
+
+fn is_locks(value: &Value) -> bool {
+    all(value, is_lock)
+}
+
+fn is_lock_modes(value: &Value) -> bool {
+    all(value, |item| {
+        warden::protocol::wconfd::decode_lock_mode(item).is_ok()
+    })
+}
+
+/// Every method of wconfd with a valid request acting as `owner`.
+fn corpus_methods(owner: &Value, config: &Value) -> Vec<Method> {
+    use crate::corpus::nothing;
+    let entries = json!([["node/n9", "exclusive"]]);
+    let wanted = json!([["node/n9", "shared"]]);
+    let mut methods: Vec<Method> = [
+        "cleanupLocks",
+        "readConfig",
+        "verifyConfig",
+        "flushConfig",
+        "listAllLocks",
+        "listAllLocksOwners",
+        "listLocksWaitingStatus",
+        "listWaiters",
+    ]
+    .into_iter()
+    .map(|name| Method::new(name, vec![]))
+    .collect();
+    let owner_only = |name| Method::new(name, vec![(owner.clone(), nothing as Accepts)]);
+    methods.extend(
+        [
+            "unlockConfig",
+            "listLocks",
+            "hasPendingRequest",
+            "freeLocks",
+        ]
+        .map(owner_only),
+    );
+    methods.extend([
+        Method::new("echo", vec![(json!("x"), is_string as Accepts)]),
+        Method::new(
+            "writeConfig",
+            vec![(owner.clone(), nothing), (config.clone(), is_object)],
+        ),
+        Method::new(
+            "writeConfigAndUnlock",
+            vec![(owner.clone(), nothing), (config.clone(), is_object)],
+        ),
+        Method::new(
+            "lockConfig",
+            vec![(owner.clone(), nothing), (json!(false), is_bool)],
+        ),
+        Method::new(
+            "tryUpdateLocks",
+            vec![(owner.clone(), nothing), (entries.clone(), is_entries)],
+        ),
+        Method::new(
+            "updateLocksWaiting",
+            vec![
+                (owner.clone(), nothing),
+                (json!(0), is_i64),
+                (entries.clone(), is_entries),
+            ],
+        ),
+        Method::new(
+            "awaitLocks",
+            vec![
+                (owner.clone(), nothing),
+                (json!(0), is_i64),
+                (entries.clone(), is_entries),
+                (json!(10), is_timeout),
+            ],
+        ),
+        Method::new(
+            "freeLocksLevel",
+            vec![(owner.clone(), nothing), (json!("node"), is_level)],
+        ),
+        Method::new(
+            "downGradeLocksLevel",
+            vec![(owner.clone(), nothing), (json!("node"), is_level)],
+        ),
+        Method::new(
+            "intersectLocks",
+            vec![(owner.clone(), nothing), (json!(["node/n1"]), is_locks)],
+        ),
+        Method::new(
+            "opportunisticLockUnion",
+            vec![(owner.clone(), nothing), (wanted.clone(), is_lock_modes)],
+        ),
+        Method::new(
+            "guardedOpportunisticLockUnion",
+            vec![
+                (json!(1), is_u64),
+                (owner.clone(), nothing),
+                (wanted.clone(), is_lock_modes),
+            ],
+        ),
+    ]);
+    methods
+}
+
+/// wconfd's state: the locks, the waiters and the configuration.
+fn fingerprint(client: &mut Client) -> Value {
+    json!([
+        client.ok("listLocksWaitingStatus", json!([])),
+        client.ok("readConfig", json!([])),
+    ])
+}
+
+#[test]
+fn a_generated_corpus_of_bad_requests_is_refused_for_every_method() {
+    const FRAME_BYTES_MAX: usize = 4 * 1024 * 1024;
+    let mut fixture =
+        Fixture::with_settings(&format!("[wconfd]\nframe_bytes_max = {FRAME_BYTES_MAX}\n"));
+    let socket = fixture.wconfd.root().socket();
+    let mut probe = fixture.wconfd.client();
+    let before = fingerprint(&mut probe);
+    let config = before[1].clone();
+    let methods = corpus_methods(&fixture.jobs[2].owner(), &config);
+    assert_eq!(methods.len(), 24, "every method of wconfd");
+    let mut tried = send_expecting_errors(&socket, &bad_envelopes(), &["GenericError"]);
+    for method in &methods {
+        tried += send_expecting_errors(&socket, &bad_frames(method), &["GenericError"]);
+        // Everyone else is served meanwhile.
+        assert_eq!(probe.ok("echo", json!([method.name])), json!(method.name));
+    }
+    tried += check_frame_limit(&socket, FRAME_BYTES_MAX, "echo", json!(["edge"]));
+    eprintln!("wconfd: {tried} bad requests refused");
+    assert!(tried > 4_000, "only {tried} bad requests");
+    assert_eq!(
+        fingerprint(&mut probe),
+        before,
+        "bad input changed the state"
+    );
+    fixture.assert_unchanged();
+}
+
+#[test]
+fn connections_that_sent_large_frames_do_not_keep_large_buffers() {
+    let mut fixture = Fixture::with_settings("[wconfd]\nframe_bytes_max = 8388608\n");
+    let pid = fixture.wconfd.pid();
+    let before = crate::daemon::memory_kib(pid, "VmRSS");
+    // Twenty connections, kept open, each sent a 4 MB request and read a
+    // 4 MB answer: 160 MB if each kept its buffers.
+    let text = "x".repeat(4 * 1024 * 1024);
+    let mut open = Vec::new();
+    for _ in 0..20 {
+        let mut client = fixture.wconfd.client();
+        assert_eq!(client.ok("echo", json!([text])), json!(text));
+        open.push(client);
+    }
+    let grown = crate::daemon::memory_kib(pid, "VmRSS").saturating_sub(before);
+    eprintln!("wconfd: VmRSS grew {grown} KiB");
+    assert!(grown < 48 * 1024, "wconfd's VmRSS grew {grown} KiB");
+    fixture.assert_unchanged();
 }
