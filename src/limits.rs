@@ -68,10 +68,10 @@ pub const CONNECTIONS_MAX_DEFAULT: usize = 1024;
 /// connections cost at most this each instead of up to the frame limit.
 pub const CONNECTION_BUFFER_RETAINED_BYTES_MAX: usize = 64 * 1024;
 
-/// Replies (in bytes) a luxid connection may have waiting to be written
-/// before luxid stops answering it until its client reads: a client that
-/// sends requests and never reads cannot make the daemon buffer without
-/// bound. wconfd keeps the same bound.
+/// Replies (in bytes) a connection of either daemon may have waiting to be
+/// written before the daemon stops reading it until its client reads: a
+/// client that sends requests and never reads cannot make the daemon buffer
+/// without bound.
 pub const CONNECTION_OUTPUT_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// At least one client must fit; above 65536 the per-connection buffers
 /// alone would be gigabytes.

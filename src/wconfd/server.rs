@@ -55,11 +55,6 @@ const FIRST_DYNAMIC_TOKEN: usize = 2;
 /// Bytes read from a socket at a time.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
-/// A connection whose unread replies exceed this is not read from until
-/// its client catches up: a client that never reads cannot make the
-/// daemon buffer without bound.
-const CONNECTION_OUTPUT_BYTES_MAX: usize = 16 * 1024 * 1024;
-
 /// Longest `awaitLocks` timeout: an hour; a runner that waits longer asks
 /// again.
 pub const AWAIT_TIMEOUT_MS_MAX: u64 = 3_600_000;
@@ -466,7 +461,8 @@ impl Server {
             };
             if connection.held.is_some()
                 || connection.closing
-                || connection.output.len() + connection.staged.len() > CONNECTION_OUTPUT_BYTES_MAX
+                || connection.output.len() + connection.staged.len()
+                    > crate::limits::CONNECTION_OUTPUT_BYTES_MAX
             {
                 return;
             }
