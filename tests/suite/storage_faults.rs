@@ -555,6 +555,13 @@ fn wconfd_on_a_full_disk_refuses_config_writes_and_stops_on_a_lock_change() {
         client.ok("tryUpdateLocks", json!([locker.wire, request])),
         json!([])
     );
+    let journal_bytes = fs::metadata(sandbox.view_of("locks.journal"))
+        .expect("the journal")
+        .len();
+    assert!(
+        journal_bytes >= 2 * MIB,
+        "the journal did not grow: {journal_bytes} bytes"
+    );
     write_config(&mut client, &owner, "restarted").expect("writeConfig after the restart");
 }
 
