@@ -40,9 +40,13 @@
 //! record of the current round (sequence number above the last one read)
 //! must come from that same write, which `first_seq` tells: one written by
 //! a *later* write than the missing record means the journal was damaged
-//! after it was written, and loading stops with an error naming the file.
-//! Otherwise the pieces of the unfinished write are zeroed before anything
-//! new is written, so none of them can ever be read as part of the journal.
+//! after it was written, and loading stops with an error naming the file
+//! (the file is left as it was). Otherwise the pieces of the unfinished
+//! write are zeroed before anything new is written, so none of them can
+//! ever be read as part of the journal. Damage within the last write, or
+//! reaching into it from the end of the write before, leaves no whole
+//! record of a later write behind it: it reads as that write torn, which
+//! a crash can leave too, and is cut (DECISIONS D36).
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -1167,6 +1171,60 @@ mod tests {
                 assert!(error.to_string().contains(JOURNAL_FILE), "{error}");
                 assert!(error.to_string().contains("written after it"), "{error}");
                 assert_eq!(fs::read(&journal).expect("kept"), bytes, "left as found");
+            }
+        }
+    }
+
+    /// A byte damaged anywhere before the last write, in writes of several
+    /// records: refused and the file left as found, whichever record of
+    /// its write it hits (the records of its write after it are no torn
+    /// write: later writes follow). One damaged in the last write reads as
+    /// that write torn, which a crash can leave too: a prefix of it is
+    /// kept. One after the last record changes nothing.
+    #[test]
+    fn damage_before_the_last_write_is_refused_wherever_it_is() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (mut store, mut manager, _) = open(dir.path(), false);
+        let mut last_states = Vec::new();
+        let mut last_start = 0;
+        for write in 0..4 {
+            let batch: Vec<LockOp> = (0..3).map(|i| toggle(write * 3 + i, true)).collect();
+            last_states = prefix_states(&manager, &batch);
+            last_start = store.end as usize;
+            for op in batch {
+                run(&mut store, &mut manager, op);
+            }
+            store.commit().expect("commit");
+        }
+        let end = store.end as usize;
+        let journal = store.journal_path().to_owned();
+        drop(store);
+        let good = fs::read(&journal).expect("journal");
+        for at in JOURNAL_HEADER_BYTES..end + RECORD_HEADER_BYTES {
+            let mut bytes = good.clone();
+            bytes[at] ^= 0xFF;
+            fs::write(&journal, &bytes).expect("damage");
+            let opened = LockStore::open_with(dir.path(), false);
+            if at < last_start {
+                let error = opened
+                    .err()
+                    .unwrap_or_else(|| panic!("damage at byte {at} was not noticed"));
+                assert!(error.to_string().contains(JOURNAL_FILE), "{error}");
+                assert!(
+                    fs::read(&journal).expect("kept") == bytes,
+                    "damage at byte {at}: the journal was changed"
+                );
+            } else {
+                let (_, loaded, _) =
+                    opened.unwrap_or_else(|error| panic!("damage at byte {at}: {error}"));
+                if at < end {
+                    assert!(
+                        last_states.contains(&loaded.saved()),
+                        "damage at byte {at}: no prefix of the last write"
+                    );
+                } else {
+                    assert_eq!(loaded.saved(), manager.saved(), "damage at byte {at}");
+                }
             }
         }
     }

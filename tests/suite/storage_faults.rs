@@ -15,7 +15,12 @@
 //! (wconfd's journal) stay writable, as they would under an administrator's
 //! `mount -o remount,ro` (which the kernel refuses while files are open for
 //! writing); a forced read-only remount after an I/O error fails those
-//! appends too, which the full-disk test covers (a failed journal append).
+//! writes too, which the full-disk test covers (a failed journal write).
+//!
+//! The journal is written into space allocated ahead of its records, 1 MiB
+//! at a time (D28): on a full disk lock changes go on being acknowledged
+//! until the records reach the end of that space and the journal must
+//! grow. The full-disk tests make large lock changes until then.
 
 use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
@@ -38,10 +43,15 @@ use crate::daemon::{Client, DEADLINE, Root, wait_for_exit, wait_until};
 
 const MIB: u64 = 1024 * 1024;
 
+/// Locks taken by each lock change on a full disk: its journal record is
+/// about 8 KiB, so some 130 changes fill the journal's preallocated
+/// space (`JOURNAL_GROWTH_BYTES`, 1 MiB).
+const LOCKS_PER_CHANGE: usize = 250;
+
 /// Lock changes tried on a full disk before the test gives up on seeing
-/// the journal refuse one: each record is a few hundred bytes, so the
-/// journal's last page is full long before.
-const LOCK_CHANGES_ON_A_FULL_DISK_MAX: usize = 200;
+/// the journal refuse one: twice as many records as the preallocated
+/// space holds.
+const LOCK_CHANGES_ON_A_FULL_DISK_MAX: usize = 260;
 
 /// The fault a test injects into a directory of the sandbox.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -431,9 +441,42 @@ fn assert_mentions(what: &str, text: &str, parts: &[&str]) {
     }
 }
 
+/// Lock changes by `locker` on a full disk, each taking
+/// [`LOCKS_PER_CHANGE`] new locks (named to sort after every lock held
+/// before, as the lock order wants), until wconfd stops answering: the one
+/// whose record needs the journal to grow. Each acknowledged change is
+/// added to `locks`; returns how many were acknowledged, or `None` if
+/// wconfd never stopped.
+fn lock_changes_until_the_journal_must_grow(
+    client: &mut Client,
+    locker: &Owner,
+    locks: &mut BTreeSet<String>,
+) -> Option<usize> {
+    for change in 0..LOCK_CHANGES_ON_A_FULL_DISK_MAX {
+        let names: Vec<String> = (0..LOCKS_PER_CHANGE)
+            .map(|index| format!("node/p{change:04}-{index:04}"))
+            .collect();
+        let request: Vec<Value> = names
+            .iter()
+            .map(|name| json!([name, "exclusive"]))
+            .collect();
+        match client.try_call("tryUpdateLocks", json!([locker.wire, request])) {
+            Ok(Ok(blockers)) => {
+                assert_eq!(blockers, json!([]));
+                locks.extend(names);
+            }
+            Ok(Err(failure)) => panic!("tryUpdateLocks answered {failure:?}"),
+            Err(_) => return Some(change),
+        }
+    }
+    None
+}
+
 #[test]
 fn wconfd_on_a_full_disk_refuses_config_writes_and_stops_on_a_lock_change() {
-    let sandbox = Sandbox::new(2 * MIB, None);
+    // The journal takes 1 MiB from the start; once space returns, it must
+    // have room to grow by another.
+    let sandbox = Sandbox::new(4 * MIB, None);
     let mut wconfd = sandbox.wconfd();
     let mut client = wconfd.client();
     let owner = sandbox.owner(1);
@@ -464,30 +507,22 @@ fn wconfd_on_a_full_disk_refuses_config_writes_and_stops_on_a_lock_change() {
     sandbox.lift(Fault::Full, "");
     acknowledged = write_config(&mut client, &owner, "after").expect("space returned");
 
-    // Lock changes until the journal cannot take one: each acknowledged
-    // change is durable; the refused one stops wconfd (D8), unanswered.
+    // Lock changes on the full disk: the journal's preallocated space takes
+    // them, each acknowledged change durable, until the journal must grow;
+    // that change stops wconfd (D8, D37), unanswered.
     sandbox.inject(Fault::Full, "");
-    let mut stopped = false;
-    for index in 1..=LOCK_CHANGES_ON_A_FULL_DISK_MAX {
-        let name = format!("node/n{index:04}");
-        match client.try_call(
-            "tryUpdateLocks",
-            json!([locker.wire, [[&name, "exclusive"]]]),
-        ) {
-            Ok(Ok(blockers)) => {
-                assert_eq!(blockers, json!([]));
-                locks.insert(name);
-            }
-            Ok(Err(failure)) => panic!("tryUpdateLocks answered {failure:?}"),
-            Err(_) => {
-                stopped = true;
-                break;
-            }
-        }
-    }
+    let acknowledged_on_a_full_disk =
+        lock_changes_until_the_journal_must_grow(&mut client, &locker, &mut locks).unwrap_or_else(
+            || {
+                panic!(
+                    "{LOCK_CHANGES_ON_A_FULL_DISK_MAX} lock changes on a full disk were all \
+                     acknowledged"
+                )
+            },
+        );
     assert!(
-        stopped,
-        "{LOCK_CHANGES_ON_A_FULL_DISK_MAX} lock changes on a full disk were all acknowledged"
+        acknowledged_on_a_full_disk > 0,
+        "no lock change went into the journal's preallocated space"
     );
     let status = wconfd.wait_exit();
     assert!(!status.success(), "wconfd exited with {status}");
@@ -510,6 +545,22 @@ fn wconfd_on_a_full_disk_refuses_config_writes_and_stops_on_a_lock_change() {
     client.ok(
         "tryUpdateLocks",
         json!([locker.wire, [["node/n0000", "release"]]]),
+    );
+    // A change larger than the refused one, which did not fit, with locks
+    // after every lock held: the journal grows now.
+    let request: Vec<Value> = (0..LOCKS_PER_CHANGE)
+        .map(|index| json!([format!("node/q-after-restart-{index:04}"), "exclusive"]))
+        .collect();
+    assert_eq!(
+        client.ok("tryUpdateLocks", json!([locker.wire, request])),
+        json!([])
+    );
+    let journal_bytes = fs::metadata(sandbox.view_of("locks.journal"))
+        .expect("the journal")
+        .len();
+    assert!(
+        journal_bytes >= 2 * MIB,
+        "the journal did not grow: {journal_bytes} bytes"
     );
     write_config(&mut client, &owner, "restarted").expect("writeConfig after the restart");
 }
@@ -537,7 +588,7 @@ fn wconfd_on_a_read_only_root_refuses_config_writes_and_start_up() {
         &["config.data", Fault::ReadOnly.text()],
     );
     assert_eq!(client.ok("readConfig", json!([])), acknowledged);
-    // The journal was opened before: its appends still go through.
+    // The journal was opened before: its writes still go through.
     client.ok(
         "tryUpdateLocks",
         json!([locker.wire, [["node/n1", "exclusive"]]]),
@@ -761,8 +812,9 @@ fn luxid_with_a_read_only_queue_refuses_submissions_and_ends_a_stuck_job_once_wr
     luxid_with_a_faulty_queue(Fault::ReadOnly);
 }
 
-/// Both daemons on one root that fills up: a submission is refused, a
-/// lock change stops wconfd (D37), luxid serves on without it; once space
+/// Both daemons on one root that fills up: a submission is refused, the
+/// lock change that needs the journal to grow stops wconfd (D37), luxid
+/// serves on without it; once space
 /// returns a restarted wconfd has exactly the acknowledged locks, and
 /// luxid, never restarted, runs new jobs against it.
 #[test]
@@ -786,26 +838,19 @@ fn both_daemons_on_one_full_root_refuse_what_needs_the_disk_and_resume() {
     let (class, args) = submit(&mut client).expect_err("a full root");
     assert_eq!(class, "GenericError");
     assert_mentions("the error", &args[0].to_string(), &[Fault::Full.text()]);
-    let mut wconfd_client = wconfd.client();
-    let mut stopped = false;
-    for index in 0..LOCK_CHANGES_ON_A_FULL_DISK_MAX {
-        let name = format!("node/n{index:04}");
-        match wconfd_client.try_call(
-            "tryUpdateLocks",
-            json!([locker.wire, [[&name, "exclusive"]]]),
-        ) {
-            Ok(Ok(_)) => {
-                locks.insert(name);
-            }
-            Ok(Err(failure)) => panic!("tryUpdateLocks answered {failure:?}"),
-            Err(_) => {
-                stopped = true;
-                break;
-            }
-        }
-    }
-    assert!(stopped, "every lock change on a full disk was acknowledged");
+    let acknowledged_on_a_full_disk =
+        lock_changes_until_the_journal_must_grow(&mut wconfd.client(), &locker, &mut locks)
+            .expect("every lock change on a full disk was acknowledged");
+    assert!(
+        acknowledged_on_a_full_disk > 0,
+        "no lock change went into the journal's preallocated space"
+    );
     assert!(!wconfd.wait_exit().success());
+    assert_mentions(
+        "wconfd's log",
+        &wconfd.log(),
+        &["locks.journal", Fault::Full.text()],
+    );
     let mut client = luxid.client();
     assert_eq!(query(&mut client, before, &["status"]), [json!("success")]);
 
