@@ -240,9 +240,8 @@ impl Invocation {
                 }
                 "--dir" => options.dir = PathBuf::from(args.next().ok_or("--dir needs a path")?),
                 "--runner" => {
-                    options.runner = Some(PathBuf::from(
-                        args.next().ok_or("--runner needs a path")?,
-                    ));
+                    options.runner =
+                        Some(PathBuf::from(args.next().ok_or("--runner needs a path")?));
                 }
                 name => {
                     let scenario = Scenario::ALL
