@@ -1003,3 +1003,30 @@ fn a_job_waiting_for_a_lock_survives_a_wconfd_kill() {
     );
     assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
 }
+
+#[test]
+fn the_livelock_of_a_runner_killed_after_finishing_its_job_is_removed() {
+    // Found by the crash harness: luxid removed a dead runner's livelock
+    // only when it marked the job dead; a runner killed between its final
+    // job file and its exit left the file for the stale sweep (a minute).
+    let cluster = Cluster::start();
+    let id = cluster.submit(json!([exec(&["/bin/sleep", "0.3"])]));
+    wait_until("the job runs", DEADLINE, || cluster.status(id) == "running");
+    // The runner's `freeLocks` after the opcode now blocks: the job is
+    // final, the runner has not exited.
+    cluster.wconfd.pause();
+    assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
+    let job: Value = serde_json::from_slice(
+        &fs::read(cluster.root().path().join(format!("queue/job-{id}"))).unwrap(),
+    )
+    .unwrap();
+    let livelock = PathBuf::from(job["livelock"].as_str().unwrap());
+    assert!(livelock.exists());
+    let runner = job["process_id"].as_u64().unwrap() as i32;
+    kill(Pid::from_raw(runner), Signal::SIGKILL).unwrap();
+    wait_until("luxid removes the livelock", DEADLINE, || {
+        !livelock.exists()
+    });
+    cluster.wconfd.resume();
+    assert_eq!(cluster.status(id), "success");
+}
