@@ -11,6 +11,7 @@
 //!   small scope, against the model.
 //! - [`harness`]: operations as data, applying them, comparing answers and
 //!   states.
+//! - [`torture`]: a short sweep of the crash harness (`bin/torture.rs`).
 
 mod cli;
 mod daemon;
@@ -21,6 +22,7 @@ mod lock_properties;
 mod luxid;
 mod reference;
 mod runner;
+mod torture;
 mod wconfd_bad_input;
 mod wconfd_liveness;
 mod wconfd_rpc;
