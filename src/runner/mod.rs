@@ -14,9 +14,10 @@
 //!    first opcode's `waiting`, in one write).
 //! 3. Each opcode in order: `waiting` (its dependencies and preconditions
 //!    are checked, then `cluster/BGL` shared plus its own locks are awaited
-//!    from wconfd at the opcode's priority), `running`, then `success` or
-//!    `error`; its locks are freed. A failure makes every later opcode
-//!    `error` ("Preceding opcode failed").
+//!    from wconfd at the opcode's priority; an unreachable wconfd is waited
+//!    for), `running`, then `success` or `error`; its locks are freed. A
+//!    failure makes every later opcode `error` ("Preceding opcode
+//!    failed").
 //! 4. The job ends: `end_timestamp`, the final file, locks freed, the
 //!    livelock removed, exit 0.
 //!

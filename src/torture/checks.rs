@@ -96,6 +96,13 @@ pub fn chaos_step(rng: &mut Rng, shared: &Shared, daemons: &mut Daemons) {
     if shared.failed() {
         return;
     }
+    // wconfd's own table never shows conflicting holders.
+    if let Ok(mut client) = wconfd(shared)
+        && let Ok(table) = client.call("listAllLocksOwners", json!([]))
+    {
+        shared.figures.table_checks.fetch_add(1, Ordering::Relaxed);
+        check_table(shared, &table);
+    }
     let downtime = Duration::from_millis(rng.below(300));
     match rng.below(100) {
         0..=14 => {
@@ -544,18 +551,20 @@ fn check_intervals(shared: &Shared, rows: &BTreeMap<u64, Value>) {
     let found = history::conflicts(&intervals, CONFLICTS_REPORTED_MAX);
     for (a, b) in found {
         shared.violation(format!(
-            "conflicting locks held at once: {} held {} {:?} over [{}, {}) µs and {} held {} \
-             {:?} over [{}, {}) µs",
+            "conflicting locks held at once: {} held {} {:?} over [{}, {}) µs (end: {}) and {} \
+             held {} {:?} over [{}, {}) µs (end: {})",
             a.owner,
             a.lock,
             a.mode,
             a.start_us,
             a.end_us,
+            a.ended,
             b.owner,
             b.lock,
             b.mode,
             b.start_us,
-            b.end_us
+            b.end_us,
+            b.ended
         ));
     }
 }

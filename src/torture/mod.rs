@@ -66,6 +66,8 @@ pub struct Figures {
     pub wconfd_starts: AtomicU64,
     pub luxid_starts: AtomicU64,
     pub restart_checks: AtomicU64,
+    /// Lock tables of wconfd checked for conflicting holders.
+    pub table_checks: AtomicU64,
     pub jobs_submitted: AtomicU64,
     pub submits_lost: AtomicU64,
     pub jobs_checked: AtomicU64,
@@ -93,10 +95,12 @@ impl Figures {
                 get(&self.owner_kills)
             ),
             format!(
-                "starts    : wconfd {}, luxid {}; {} checks after restarts",
+                "starts    : wconfd {}, luxid {}; {} checks after restarts, \
+                 {} lock tables checked",
                 get(&self.wconfd_starts),
                 get(&self.luxid_starts),
-                get(&self.restart_checks)
+                get(&self.restart_checks),
+                get(&self.table_checks)
             ),
             format!(
                 "jobs      : {} acknowledged and checked final at the end ({} checked), \
