@@ -189,6 +189,7 @@ pub fn after_wconfd_start(shared: &Shared) {
             }
         }
     };
+    let mut listed_owners = Vec::new();
     for (index, model) in shared.models.iter().enumerate() {
         let model = model.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(owner) = &model.owner else { continue };
@@ -199,6 +200,10 @@ pub fn after_wconfd_start(shared: &Shared) {
             return;
         };
         let listed = parse_listing(&listed);
+        if model.pending.is_none() {
+            // Its holdings cannot change while the gate is held.
+            listed_owners.push((owner.wire().to_string(), listed.clone()));
+        }
         let expected = Some(model.expected_listing());
         let granted_since = model.listing_with_pending();
         if listed != expected && listed != granted_since {
@@ -240,6 +245,32 @@ pub fn after_wconfd_start(shared: &Shared) {
     }
     if let Some(table) = call("listAllLocksOwners", json!([])) {
         check_table(shared, &table);
+        // The two listings agree for the lock clients' owners (runners
+        // change theirs meanwhile).
+        let mut by_owner: BTreeMap<String, Vec<(String, Mode)>> = BTreeMap::new();
+        for row in table.as_array().into_iter().flatten() {
+            let lock = row[0].as_str().unwrap_or_default();
+            for holder in row[1].as_array().into_iter().flatten() {
+                let mode = match holder[1].as_str() {
+                    Some("exclusive") => Mode::Exclusive,
+                    _ => Mode::Shared,
+                };
+                by_owner
+                    .entry(holder[0].to_string())
+                    .or_default()
+                    .push((lock.to_owned(), mode));
+            }
+        }
+        for (name, listed) in &listed_owners {
+            let mut rows = by_owner.get(name).cloned().unwrap_or_default();
+            rows.sort();
+            if listed.as_ref() != Some(&rows) {
+                shared.violation(format!(
+                    "after a wconfd start, listLocks of {name} answers {listed:?} but \
+                     listAllLocksOwners shows {rows:?}"
+                ));
+            }
+        }
     }
 }
 
@@ -436,8 +467,9 @@ pub fn final_checks(shared: &Shared, daemons: &mut Daemons, settle: Duration) {
     }
     check_outcomes(shared, &rows);
     check_intervals(shared, &rows);
+    let swept = SystemTime::now();
     check_lock_table_empty(shared);
-    check_livelocks(shared);
+    check_livelocks(shared, swept);
 }
 
 /// Every final status is explained.
@@ -592,7 +624,9 @@ fn check_lock_table_empty(shared: &Shared) {
 /// rule (D12) keeps for now: files younger than the stale age that no
 /// daemon had a reason to remove (a killed daemon's own; a lock owner
 /// wconfd did not know for sure).
-fn check_livelocks(shared: &Shared) {
+///
+/// Ages are taken at `swept`, a moment before wconfd's last sweep began.
+fn check_livelocks(shared: &Shared, swept: SystemTime) {
     let killed_known: BTreeMap<String, bool> = shared
         .owners_killed
         .lock()
@@ -603,7 +637,6 @@ fn check_livelocks(shared: &Shared) {
     let Ok(entries) = std::fs::read_dir(&shared.livelock_dir) else {
         return shared.violation("cannot read the livelock directory".to_owned());
     };
-    let now = SystemTime::now();
     for entry in entries.flatten() {
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -618,7 +651,7 @@ fn check_livelocks(shared: &Shared) {
             .metadata()
             .and_then(|metadata| metadata.modified())
             .ok()
-            .and_then(|modified| now.duration_since(modified).ok())
+            .and_then(|modified| swept.duration_since(modified).ok())
             .unwrap_or_default();
         let allowed =
             age < LIVELOCK_STALE_AGE_MIN && (daemon || killed_known.get(&name) == Some(&false));

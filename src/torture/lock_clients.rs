@@ -82,6 +82,9 @@ pub struct ClientModel {
     pub pending: Option<Vec<(String, Mode)>>,
     /// A request whose answer was lost.
     pub unsure: Option<Sent>,
+    /// The locks of a release being sent, and when it was sent: if the
+    /// owner is found killed when its answer comes, they end then.
+    pub releasing: Option<(Vec<String>, u64)>,
 }
 
 impl ClientModel {
@@ -269,6 +272,20 @@ impl LockClient<'_> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push((Arc::clone(&owner), !in_flight && model.known_to_wconfd()));
+        // A release sent before the death may have been applied any time
+        // after it was sent: those locks end then.
+        if let Some(unsure) = model.unsure.take() {
+            for lock in &unsure.release {
+                let end_us = unsure.sent_us.min(at_us);
+                self.close(model, &owner.ident, lock, end_us, "released, then killed");
+            }
+        }
+        if let Some((release, sent_us)) = model.releasing.take() {
+            for lock in &release {
+                let end_us = sent_us.min(at_us);
+                self.close(model, &owner.ident, lock, end_us, "released, then killed");
+            }
+        }
         self.close_all(model, &owner.ident, at_us, "owner killed");
         model.owner = None;
         model.pending = None;
@@ -569,10 +586,12 @@ impl LockClient<'_> {
             ("tryUpdateLocks", json!([wire, entries]), release)
         };
         let sent_us = now_us();
+        model.releasing = Some((release.clone(), sent_us));
         let outcome = self.call(method, args);
         if self.owner_gone(model, true) {
             return;
         }
+        model.releasing = None;
         match outcome {
             Outcome::Answer(answer) if answer == json!([]) => {
                 for lock in &release {
