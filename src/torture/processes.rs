@@ -406,8 +406,19 @@ pub fn runners(runner: &Path, root: &Path) -> Vec<RunnerProcess> {
             found.push(RunnerProcess { job, pid });
         }
     }
+    // A runner's child between its fork and its exec still shows the
+    // runner's command line: only the runner itself counts.
+    let pids: Vec<u32> = found.iter().map(|runner| runner.pid).collect();
+    found.retain(|runner| parent(runner.pid).is_none_or(|parent| !pids.contains(&parent)));
     found.sort();
     found
+}
+
+/// The parent of process `pid` (from /proc).
+fn parent(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(") ")?;
+    rest.split(' ').nth(1)?.parse().ok()
 }
 
 /// Whether a process has exited and waits to be reaped (a runner whose
