@@ -442,3 +442,8 @@ pub fn kill_runner(binary: &Path, root: &Path, runner: RunnerProcess) -> bool {
     }
     kill(Pid::from_raw(runner.pid as i32), Signal::SIGKILL).is_ok()
 }
+
+/// SIGKILL to a runner's process group (the runner and its programs).
+pub fn kill_runner_group(runner: RunnerProcess) {
+    let _ = crate::sys::send_signal_to_group(runner.pid, Signal::SIGKILL);
+}
