@@ -349,7 +349,7 @@ pub fn run(options: &Options) -> Result<Outcome, String> {
     daemons.luxid.stop(Duration::from_secs(10));
     daemons.wconfd.stop(Duration::from_secs(10));
     // A run stopped by a violation may leave runners waiting for a wconfd
-    // that will not come back (D32): end them and their programs.
+    // that will not come back (D39): end them and their programs.
     for runner in processes::runners(&options.binaries.runner, &root) {
         processes::kill_runner_group(runner);
     }

@@ -665,7 +665,7 @@ fn dependencies_decide_per_opcode() {
 
 #[test]
 fn without_wconfd_the_job_waits_and_can_be_canceled() {
-    // D32: an unreachable wconfd is waited for, not an opcode failure.
+    // D39: an unreachable wconfd is waited for, not an opcode failure.
     let mut wconfd = cluster();
     let root = wconfd.root().path();
     wconfd.stop();
