@@ -9,7 +9,8 @@
 //! `warden.toml` ([`settings`]), livelock files and the death probe
 //! ([`liveness`]), the limits every part shares ([`limits`]), the few
 //! raw OS calls std lacks ([`sys`]), and the measuring and reporting of the
-//! benchmark binaries ([`bench`]); see `design/ARCHITECTURE.md` for the
+//! benchmark binaries ([`bench`]), and the crash harness
+//! of `bin/torture.rs` ([`torture`]); see `design/ARCHITECTURE.md` for the
 //! whole plan.
 
 pub mod bench;
@@ -28,4 +29,5 @@ pub mod runner;
 pub mod settings;
 pub mod store;
 pub mod sys;
+pub mod torture;
 pub mod wconfd;

@@ -109,6 +109,10 @@ struct Runner {
     /// yet (it was started by a luxid that died): followed by probes until
     /// it does, or until it lets go of the livelock.
     claimant: Option<Instant>,
+    /// The job's livelock (its name is fixed by the job's submission, see
+    /// `runner::livelock_secs`): removed when the runner is done if it was
+    /// left behind (a runner killed after it finished its job file).
+    livelock: Option<PathBuf>,
 }
 
 struct DeadRunner {
@@ -299,6 +303,7 @@ impl Server {
             deferred: Vec::new(),
             kill_deferred: false,
             claimant: None,
+            livelock: Some(livelock.clone()),
         };
         if runner.pidfd.is_none() {
             // No process to watch: follow the livelock instead.
@@ -312,6 +317,7 @@ impl Server {
     /// yet: it holds the job's livelock (see `runner::livelock_secs`).
     fn follow_claimant(&mut self, id: JobId) {
         let token = self.new_token();
+        let livelock = self.job_livelock(id);
         self.runner_tokens.insert(token, id);
         self.runners.insert(
             id,
@@ -324,6 +330,7 @@ impl Server {
                 deferred: Vec::new(),
                 kill_deferred: false,
                 claimant: Some(Instant::now()),
+                livelock,
             },
         );
     }
@@ -1344,6 +1351,7 @@ impl Server {
             }
         };
         tracing::debug!(job = id, pid, "started a job runner");
+        let livelock = self.job_livelock(id);
         self.runner_tokens.insert(token, id);
         self.runners.insert(
             id,
@@ -1356,6 +1364,7 @@ impl Server {
                 deferred: Vec::new(),
                 kill_deferred: false,
                 claimant: None,
+                livelock,
             },
         );
     }
@@ -1572,6 +1581,14 @@ impl Server {
     fn runner_done(&mut self, id: JobId) {
         if let Some(runner) = self.runners.remove(&id) {
             self.runner_tokens.remove(&runner.token);
+            // A runner removes its livelock as it exits; one killed after
+            // it finished the job file leaves it behind, and nobody else
+            // would remove it before it ages (wconfd only knows owners
+            // with locks). Removed only if released (dead by the probe).
+            if let Some(livelock) = &runner.livelock {
+                let dir = self.root.join(crate::wconfd::LIVELOCK_DIR);
+                let _ = liveness::remove_dead_livelock(&dir, livelock);
+            }
         }
         let _ = fs::remove_file(queue::priority_request_path(self.queue.dir(), id));
         self.changed.push(id);

@@ -14,9 +14,10 @@
 //!    first opcode's `waiting`, in one write).
 //! 3. Each opcode in order: `waiting` (its dependencies and preconditions
 //!    are checked, then `cluster/BGL` shared plus its own locks are awaited
-//!    from wconfd at the opcode's priority), `running`, then `success` or
-//!    `error`; its locks are freed. A failure makes every later opcode
-//!    `error` ("Preceding opcode failed").
+//!    from wconfd at the opcode's priority; an unreachable wconfd is waited
+//!    for), `running`, then `success` or `error`; its locks are freed. A
+//!    failure makes every later opcode `error` ("Preceding opcode
+//!    failed").
 //! 4. The job ends: `end_timestamp`, the final file, locks freed, the
 //!    livelock removed, exit 0.
 //!
@@ -82,6 +83,16 @@ const AWAIT_TIMEOUT_MS: u64 = 60_000;
 /// against anything a watcher could act on; long enough for wconfd's
 /// answer to an uncontended request (one journal sync).
 const WAITING_SHOWN_AFTER: Duration = Duration::from_millis(3);
+
+/// The first pause before connecting to an unreachable wconfd again; it
+/// doubles up to [`WCONFD_RECONNECT_PAUSE_MAX`]. A restarted wconfd
+/// serves within milliseconds.
+const WCONFD_RECONNECT_PAUSE_MIN: Duration = Duration::from_millis(2);
+
+/// The longest pause between two attempts to reach wconfd: a runner
+/// waiting for a wconfd that stays down costs a connect attempt every
+/// half second, and notices its return within that.
+const WCONFD_RECONNECT_PAUSE_MAX: Duration = Duration::from_millis(500);
 
 /// How much longer than an `awaitLocks` timeout its answer may take before
 /// wconfd counts as hung.
@@ -498,6 +509,30 @@ impl Context {
     }
 }
 
+/// Why a lock request got no answer.
+enum AwaitError {
+    /// wconfd cannot be reached (not running, or the connection broke):
+    /// worth asking again once it is back.
+    Unreachable(String),
+    /// Anything else (a refusal, a malformed answer, a hung wconfd, the
+    /// job file): the opcode fails with this message.
+    Failed(String),
+}
+
+impl AwaitError {
+    fn from_client(error: ClientError) -> AwaitError {
+        let message = format!("cannot get the locks from wconfd: {error}");
+        match error {
+            ClientError::Connect { .. } | ClientError::Io { .. } => {
+                AwaitError::Unreachable(message)
+            }
+            ClientError::Protocol { .. } | ClientError::Failed { .. } => {
+                AwaitError::Failed(message)
+            }
+        }
+    }
+}
+
 /// How an opcode's lock request ended.
 enum Acquired {
     Granted,
@@ -609,7 +644,11 @@ impl Runner {
             }
         }
         self.context.write()?;
-        self.free_locks();
+        if succeeded && index + 1 < self.context.job.ops.len() {
+            self.free_locks_before_next()?;
+        } else {
+            self.free_locks();
+        }
         Ok(succeeded)
     }
 
@@ -711,22 +750,63 @@ impl Runner {
     /// `locks`, at the opcode's priority (a priority changed meanwhile
     /// files the request again at the new one), or a cancel request
     /// arrives. `Err`: why the locks cannot be had (for people).
+    ///
+    /// wconfd being down (not running, or killed mid-request) is waited
+    /// out: the runner connects again with a growing pause and sends the
+    /// identical request, which wconfd answers from its durable state (the
+    /// current blockers if still pending, `[]` if granted meanwhile). The
+    /// opcode stays `waiting` and can be canceled meanwhile.
     fn acquire(&mut self, index: usize, locks: &[(LockName, Mode)]) -> Result<Acquired, String> {
         let mut wanted = vec![(LockName::Bgl, Mode::Shared)];
         wanted.extend(locks.iter().cloned());
         let request = encode_lock_modes(&wanted);
         self.used_wconfd = true;
-        let result = self.await_locks(index, &request);
-        self.unwatch_wconfd();
-        if result.is_err() {
-            // The connection cannot be trusted to be in step any more.
-            self.wconfd = None;
+        let mut pause = WCONFD_RECONNECT_PAUSE_MIN;
+        loop {
+            let result = self.await_locks(index, &request);
+            self.unwatch_wconfd();
+            match result {
+                Ok(acquired) => return Ok(acquired),
+                Err(AwaitError::Unreachable(message)) => {
+                    self.wconfd = None;
+                    if pause == WCONFD_RECONNECT_PAUSE_MIN {
+                        tracing::warn!(job = self.id, %message, "wconfd is unreachable; waiting for it");
+                    }
+                    if self
+                        .pause_for_wconfd(pause)
+                        .map_err(|error| error.to_string())?
+                    {
+                        return Ok(Acquired::Canceled);
+                    }
+                    pause = (pause * 2).min(WCONFD_RECONNECT_PAUSE_MAX);
+                }
+                Err(AwaitError::Failed(message)) => {
+                    // The connection cannot be trusted to be in step any more.
+                    self.wconfd = None;
+                    return Err(message);
+                }
+            }
         }
-        result
     }
 
-    fn await_locks(&mut self, index: usize, request: &Value) -> Result<Acquired, String> {
-        let unreachable = |error: ClientError| format!("cannot get the locks from wconfd: {error}");
+    /// Waits `pause` before connecting to wconfd again, noting signals;
+    /// answers whether a cancel was requested.
+    fn pause_for_wconfd(&mut self, pause: Duration) -> Result<bool, RunnerError> {
+        if self.context.unpublished_waiting {
+            self.context.publish()?;
+        }
+        let until = Instant::now() + pause;
+        while Instant::now() < until {
+            self.context.wait(Some(until))?;
+            if self.context.cancel_requested {
+                return Ok(true);
+            }
+        }
+        Ok(self.context.cancel_requested)
+    }
+
+    fn await_locks(&mut self, index: usize, request: &Value) -> Result<Acquired, AwaitError> {
+        let unreachable = AwaitError::from_client;
         self.watch_wconfd().map_err(unreachable)?;
         loop {
             self.context.check_signals();
@@ -749,9 +829,11 @@ impl Runner {
                 let ready = self
                     .context
                     .wait(Some(wake))
-                    .map_err(|error| error.to_string())?;
+                    .map_err(|error| AwaitError::Failed(error.to_string()))?;
                 if self.context.unpublished_waiting && Instant::now() >= show_waiting_at {
-                    self.context.publish().map_err(|error| error.to_string())?;
+                    self.context
+                        .publish()
+                        .map_err(|error| AwaitError::Failed(error.to_string()))?;
                 }
                 if self.context.cancel_requested {
                     return Ok(Acquired::Canceled);
@@ -779,17 +861,19 @@ impl Runner {
                         // pending; ask again.
                         Ok(Value::Array(_)) => break,
                         Ok(other) => {
-                            return Err(format!("wconfd answered a lock request with {other}"));
+                            return Err(AwaitError::Failed(format!(
+                                "wconfd answered a lock request with {other}"
+                            )));
                         }
                         Err(error) => return Err(unreachable(error)),
                     }
                 }
                 if Instant::now() >= deadline {
                     let waited = Duration::from_millis(AWAIT_TIMEOUT_MS) + AWAIT_ANSWER_GRACE;
-                    return Err(format!(
+                    return Err(AwaitError::Failed(format!(
                         "wconfd did not answer a lock request within {} s",
                         waited.as_secs()
-                    ));
+                    )));
                 }
             }
         }
@@ -831,6 +915,39 @@ impl Runner {
         if let Err(error) = result {
             tracing::warn!(job = self.id, %error, "cannot free the job's locks");
             self.wconfd = None;
+        }
+    }
+
+    /// Frees every lock of the runner before its next opcode: an opcode
+    /// must not start still holding the last one's locks (its request
+    /// could then break the lock order). An unreachable wconfd is waited
+    /// for, as in [`Runner::acquire`], unless a cancel arrives (the job
+    /// then ends, and wconfd frees the locks of its exited runner).
+    fn free_locks_before_next(&mut self) -> Result<(), RunnerError> {
+        let owner = self.owner.clone();
+        let mut pause = WCONFD_RECONNECT_PAUSE_MIN;
+        loop {
+            let result = self
+                .wconfd()
+                .and_then(|client| client.call("freeLocks", json!([owner])));
+            match result {
+                Ok(_) => return Ok(()),
+                Err(error @ (ClientError::Connect { .. } | ClientError::Io { .. })) => {
+                    self.wconfd = None;
+                    if pause == WCONFD_RECONNECT_PAUSE_MIN {
+                        tracing::warn!(job = self.id, %error, "wconfd is unreachable; waiting for it to free the job's locks");
+                    }
+                    if self.pause_for_wconfd(pause)? {
+                        return Ok(());
+                    }
+                    pause = (pause * 2).min(WCONFD_RECONNECT_PAUSE_MAX);
+                }
+                Err(error) => {
+                    tracing::warn!(job = self.id, %error, "cannot free the job's locks");
+                    self.wconfd = None;
+                    return Ok(());
+                }
+            }
         }
     }
 

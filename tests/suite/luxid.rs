@@ -15,7 +15,10 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-use crate::daemon::{Client, DEADLINE, DaemonProcess, Root, Wconfd, timing_guard, wait_until};
+use crate::daemon::{
+    Client, DEADLINE, DaemonProcess, OwnerProcess, Root, Wconfd, timing_guard, try_update,
+    wait_until,
+};
 
 /// liveness.md: a runner killed with SIGKILL has its job marked `error` and
 /// its locks free within this (the test also counts its own polling).
@@ -957,4 +960,73 @@ fn connections_over_the_limit_are_closed() {
             Ok(Ok(_))
         )
     });
+}
+
+#[test]
+fn a_job_waits_for_wconfd_to_come_back_instead_of_failing() {
+    // Found by the crash harness (bin/torture.rs): a runner that could not
+    // reach wconfd failed its opcode ("cannot get the locks from wconfd").
+    let mut cluster = Cluster::start();
+    let root = cluster.root().clone();
+    cluster.wconfd.kill9();
+    let id = cluster.submit(json!([exec(&["/bin/true"])]));
+    wait_until("the job waits for its locks", DEADLINE, || {
+        cluster.status(id) == "waiting"
+    });
+    cluster.wconfd = Wconfd::restart_on(&root);
+    assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
+}
+
+#[test]
+fn a_job_waiting_for_a_lock_survives_a_wconfd_kill() {
+    let mut cluster = Cluster::start();
+    let root = cluster.root().clone();
+    let holder = OwnerProcess::spawn(&root.livelock_dir(), 900);
+    let mut wconfd = cluster.wconfd_client();
+    assert_eq!(
+        try_update(&mut wconfd, &holder, &[("node/n1", "exclusive")]),
+        json!([])
+    );
+    let id = cluster.submit(json!([
+        {"OP_ID": "OP_EXEC", "argv": ["/bin/true"], "locks": [["node/n1", "exclusive"]]},
+        {"OP_ID": "OP_EXEC", "argv": ["/bin/true"], "locks": [["node/n0", "exclusive"]]}
+    ]));
+    wait_until("the job waits for node/n1", DEADLINE, || {
+        cluster.status(id) == "waiting"
+    });
+    cluster.wconfd.kill9();
+    cluster.wconfd = Wconfd::restart_on(&root);
+    let mut wconfd = cluster.wconfd_client();
+    assert_eq!(
+        try_update(&mut wconfd, &holder, &[("node/n1", "release")]),
+        json!([])
+    );
+    assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
+}
+
+#[test]
+fn the_livelock_of_a_runner_killed_after_finishing_its_job_is_removed() {
+    // Found by the crash harness: luxid removed a dead runner's livelock
+    // only when it marked the job dead; a runner killed between its final
+    // job file and its exit left the file for the stale sweep (a minute).
+    let cluster = Cluster::start();
+    let id = cluster.submit(json!([exec(&["/bin/sleep", "0.3"])]));
+    wait_until("the job runs", DEADLINE, || cluster.status(id) == "running");
+    // The runner's `freeLocks` after the opcode now blocks: the job is
+    // final, the runner has not exited.
+    cluster.wconfd.pause();
+    assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
+    let job: Value = serde_json::from_slice(
+        &fs::read(cluster.root().path().join(format!("queue/job-{id}"))).unwrap(),
+    )
+    .unwrap();
+    let livelock = PathBuf::from(job["livelock"].as_str().unwrap());
+    assert!(livelock.exists());
+    let runner = job["process_id"].as_u64().unwrap() as i32;
+    kill(Pid::from_raw(runner), Signal::SIGKILL).unwrap();
+    wait_until("luxid removes the livelock", DEADLINE, || {
+        !livelock.exists()
+    });
+    cluster.wconfd.resume();
+    assert_eq!(cluster.status(id), "success");
 }

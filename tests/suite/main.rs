@@ -11,6 +11,7 @@
 //!   small scope, against the model.
 //! - [`harness`]: operations as data, applying them, comparing answers and
 //!   states.
+//! - [`torture`]: a short sweep of the crash harness (`bin/torture.rs`).
 
 mod cli;
 mod corpus;
@@ -27,6 +28,7 @@ mod luxid_bad_input;
 mod reference;
 mod runner;
 mod storage_faults;
+mod torture;
 mod wconfd_bad_input;
 mod wconfd_liveness;
 mod wconfd_rpc;

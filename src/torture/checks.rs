@@ -1,0 +1,685 @@
+//! The chaos thread's actions and every check of a run.
+//!
+//! After each start of wconfd (the clients held off by the gate):
+//! - every lock client owner alive holds exactly what was acknowledged to
+//!   it (a pending request may have been granted since);
+//! - every owner killed before holds nothing and waits for nothing (the
+//!   start-up pass frees dead owners before the socket is bound);
+//! - the lock table has no conflicting holders.
+//!
+//! After each start of luxid: every acknowledged job exists; a job that is
+//! `waiting`, `running` or `canceling` has a live runner (its livelock is
+//! held), or becomes final promptly.
+//!
+//! At the end, once the clients stopped and freed their locks and every
+//! job ended: no job non-final, no runner left, every `error` explained
+//! (by a runner the chaos killed, a failed dependency, a preceding
+//! opcode), dependants started only after their dependencies ended, no two
+//! conflicting lock intervals overlap (lock clients' and jobs' opcodes'),
+//! the lock table empty, and no stale livelock file left but those the
+//! stale-age rule allows (D12).
+
+use std::collections::BTreeMap;
+use std::sync::PoisonError;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{Value, json};
+
+use crate::client::{Client, Daemon};
+use crate::limits::LIVELOCK_STALE_AGE_MIN;
+use crate::liveness;
+use crate::locks::Mode;
+
+use super::Shared;
+use super::history::{self, Interval};
+use super::lock_clients::parse_listing;
+use super::processes::{self, DaemonProcess, OwnerFate};
+use super::rng::Rng;
+
+/// Longest wait for a job whose runner is dead to be marked final.
+const DEATH_MARK_TIMEOUT: Duration = Duration::from_secs(10);
+/// Conflicting interval pairs reported at most.
+const CONFLICTS_REPORTED_MAX: usize = 10;
+
+/// The two daemons of a run.
+pub struct Daemons {
+    pub wconfd: DaemonProcess,
+    pub luxid: DaemonProcess,
+}
+
+impl Daemons {
+    pub fn start_wconfd(&mut self, shared: &Shared) -> Result<(), String> {
+        let result = self.wconfd.start();
+        shared.figures.wconfd_starts.fetch_add(1, Ordering::Relaxed);
+        if let Err(message) = &result {
+            shared.violation(format!("wconfd did not start again: {message}"));
+        }
+        result
+    }
+
+    pub fn start_luxid(&mut self, shared: &Shared) -> Result<(), String> {
+        let result = self.luxid.start();
+        shared.figures.luxid_starts.fetch_add(1, Ordering::Relaxed);
+        if let Err(message) = &result {
+            shared.violation(format!("luxid did not start again: {message}"));
+        }
+        result
+    }
+
+    /// A daemon that exited on its own is a violation.
+    fn check_alive(&mut self, shared: &Shared) {
+        for daemon in [&mut self.wconfd, &mut self.luxid] {
+            if let Some(status) = daemon.exited() {
+                shared.violation(format!(
+                    "{} exited on its own with {status}; its log ends:\n{}",
+                    daemon.name,
+                    daemon.log_tail()
+                ));
+            }
+        }
+    }
+}
+
+fn wconfd(shared: &Shared) -> Result<Client, String> {
+    Client::connect(&shared.root, Daemon::Wconfd, 1 << 24).map_err(|error| error.to_string())
+}
+
+fn luxid(shared: &Shared) -> Result<Client, String> {
+    Client::connect(&shared.root, Daemon::Luxid, 1 << 24).map_err(|error| error.to_string())
+}
+
+/// One action of the chaos thread, after a random pause.
+pub fn chaos_step(rng: &mut Rng, shared: &Shared, daemons: &mut Daemons) {
+    std::thread::sleep(Duration::from_millis(rng.between(20, 400)));
+    daemons.check_alive(shared);
+    if shared.failed() {
+        return;
+    }
+    // wconfd's own table never shows conflicting holders.
+    if let Ok(mut client) = wconfd(shared)
+        && let Ok(table) = client.call("listAllLocksOwners", json!([]))
+    {
+        shared.figures.table_checks.fetch_add(1, Ordering::Relaxed);
+        check_table(shared, &table);
+    }
+    let downtime = Duration::from_millis(rng.below(300));
+    match rng.below(100) {
+        0..=14 => {
+            daemons.wconfd.kill9();
+            shared.figures.wconfd_kills.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(downtime);
+            if daemons.start_wconfd(shared).is_ok() {
+                after_wconfd_start(shared);
+            }
+        }
+        15..=29 => {
+            daemons.luxid.kill9();
+            shared.figures.luxid_kills.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(downtime);
+            if daemons.start_luxid(shared).is_ok() {
+                after_luxid_start(shared);
+            }
+        }
+        30..=34 => {
+            // Both, wconfd first; luxid needs wconfd to start.
+            daemons.luxid.kill9();
+            daemons.wconfd.kill9();
+            shared.figures.luxid_kills.fetch_add(1, Ordering::Relaxed);
+            shared.figures.wconfd_kills.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(downtime);
+            if daemons.start_wconfd(shared).is_ok() {
+                after_wconfd_start(shared);
+                if daemons.start_luxid(shared).is_ok() {
+                    after_luxid_start(shared);
+                }
+            }
+        }
+        35..=69 => {
+            let running = processes::runners(&shared.binaries.runner, &shared.root);
+            if running.is_empty() {
+                return;
+            }
+            let runner = *rng.pick(&running);
+            if processes::kill_runner(&shared.binaries.runner, &shared.root, runner) {
+                shared
+                    .runners_killed
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(runner.job);
+                shared.figures.runner_kills.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        _ => {
+            let alive: Vec<_> = shared
+                .owners
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .filter(|owner| owner.fate() == OwnerFate::Alive)
+                .cloned()
+                .collect();
+            if alive.is_empty() {
+                return;
+            }
+            if rng.pick(&alive).kill9() {
+                shared.figures.owner_kills.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The checks after a start of wconfd, with the lock clients held off.
+pub fn after_wconfd_start(shared: &Shared) {
+    let _gate = shared.gate.write().unwrap_or_else(PoisonError::into_inner);
+    shared
+        .figures
+        .restart_checks
+        .fetch_add(1, Ordering::Relaxed);
+    let mut client = match wconfd(shared) {
+        Ok(client) => client,
+        Err(error) => return shared.violation(format!("wconfd answers no more: {error}")),
+    };
+    let mut call = |method: &str, args: Value| -> Option<Value> {
+        match client.call(method, args) {
+            Ok(value) => Some(value),
+            Err(error) => {
+                shared.violation(format!("after a wconfd start, {method} failed: {error}"));
+                None
+            }
+        }
+    };
+    let mut listed_owners = Vec::new();
+    for (index, model) in shared.models.iter().enumerate() {
+        let model = model.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(owner) = &model.owner else { continue };
+        if owner.fate() != OwnerFate::Alive || model.unsure.is_some() {
+            continue;
+        }
+        let Some(listed) = call("listLocks", json!([owner.wire()])) else {
+            return;
+        };
+        let listed = parse_listing(&listed);
+        if model.pending.is_none() {
+            // Its holdings cannot change while the gate is held.
+            listed_owners.push((owner.wire().to_string(), listed.clone()));
+        }
+        let expected = Some(model.expected_listing());
+        let granted_since = model.listing_with_pending();
+        if listed != expected && listed != granted_since {
+            shared.violation(format!(
+                "after a wconfd start, lock client {index}'s owner {} holds {listed:?}, \
+                 but {expected:?} was acknowledged (pending: {:?})",
+                owner.ident, model.pending
+            ));
+        }
+        if model.pending.is_some() && listed == expected {
+            let pending = call("hasPendingRequest", json!([owner.wire()]));
+            if pending != Some(Value::Bool(true)) {
+                shared.violation(format!(
+                    "after a wconfd start, lock client {index}'s owner {} lost its \
+                     acknowledged pending request",
+                    owner.ident
+                ));
+            }
+        }
+    }
+    let owners = shared
+        .owners
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    for owner in owners {
+        if !matches!(owner.fate(), OwnerFate::Killed { .. }) {
+            continue;
+        }
+        let listed = call("listLocks", json!([owner.wire()]));
+        let pending = call("hasPendingRequest", json!([owner.wire()]));
+        if listed != Some(json!([])) || pending != Some(Value::Bool(false)) {
+            shared.violation(format!(
+                "after a wconfd start, owner {} killed before it still holds {listed:?} \
+                 (pending: {pending:?})",
+                owner.ident
+            ));
+        }
+    }
+    if let Some(table) = call("listAllLocksOwners", json!([])) {
+        check_table(shared, &table);
+        // The two listings agree for the lock clients' owners (runners
+        // change theirs meanwhile).
+        let mut by_owner: BTreeMap<String, Vec<(String, Mode)>> = BTreeMap::new();
+        for row in table.as_array().into_iter().flatten() {
+            let lock = row[0].as_str().unwrap_or_default();
+            for holder in row[1].as_array().into_iter().flatten() {
+                let mode = match holder[1].as_str() {
+                    Some("exclusive") => Mode::Exclusive,
+                    _ => Mode::Shared,
+                };
+                by_owner
+                    .entry(holder[0].to_string())
+                    .or_default()
+                    .push((lock.to_owned(), mode));
+            }
+        }
+        for (name, listed) in &listed_owners {
+            let mut rows = by_owner.get(name).cloned().unwrap_or_default();
+            rows.sort();
+            if listed.as_ref() != Some(&rows) {
+                shared.violation(format!(
+                    "after a wconfd start, listLocks of {name} answers {listed:?} but \
+                     listAllLocksOwners shows {rows:?}"
+                ));
+            }
+        }
+    }
+}
+
+/// No two owners in wconfd's table hold conflicting locks.
+fn check_table(shared: &Shared, table: &Value) {
+    let mut holdings = Vec::new();
+    for row in table.as_array().into_iter().flatten() {
+        let lock = row[0].as_str().unwrap_or_default();
+        for holder in row[1].as_array().into_iter().flatten() {
+            let mode = match holder[1].as_str() {
+                Some("exclusive") => Mode::Exclusive,
+                _ => Mode::Shared,
+            };
+            holdings.push(Interval {
+                owner: holder[0].to_string(),
+                lock: lock.to_owned(),
+                mode,
+                start_us: 0,
+                end_us: 1,
+                ended: "listed",
+            });
+        }
+    }
+    let found = history::conflicts(&holdings, CONFLICTS_REPORTED_MAX);
+    if !found.is_empty() {
+        shared.violation(format!(
+            "wconfd's lock table has conflicting holders: {found:?}"
+        ));
+    }
+}
+
+/// The checks after a start of luxid.
+pub fn after_luxid_start(shared: &Shared) {
+    shared
+        .figures
+        .restart_checks
+        .fetch_add(1, Ordering::Relaxed);
+    let ids: Vec<u64> = shared.serials().ids().collect();
+    if let Err(message) = check_jobs_sensible(shared, &ids) {
+        shared.violation(message);
+    }
+}
+
+/// Every job of `ids` exists; a started, unfinished one has a live runner
+/// or is marked final within [`DEATH_MARK_TIMEOUT`].
+fn check_jobs_sensible(shared: &Shared, ids: &[u64]) -> Result<(), String> {
+    let mut client = luxid(shared)?;
+    let mut suspects = Vec::new();
+    for chunk in ids.chunks(500) {
+        let rows = client
+            .call("QueryJobs", json!([chunk, ["id", "status", "received_ts"]]))
+            .map_err(|error| format!("QueryJobs failed: {error}"))?;
+        for (id, row) in chunk.iter().zip(rows.as_array().into_iter().flatten()) {
+            let status = row[1].as_str().unwrap_or("(unknown)");
+            match status {
+                "success" | "error" | "canceled" | "queued" => {}
+                "waiting" | "running" | "canceling" => {
+                    let secs = row[2][0].as_u64().unwrap_or(0);
+                    let livelock = shared
+                        .livelock_dir
+                        .join(liveness::job_livelock_name(*id, secs));
+                    if liveness::is_dead(&livelock) {
+                        suspects.push(*id);
+                    }
+                }
+                _ => {
+                    return Err(format!(
+                        "acknowledged job {id} is lost: luxid answers {row}"
+                    ));
+                }
+            }
+        }
+    }
+    for id in suspects {
+        let deadline = Instant::now() + DEATH_MARK_TIMEOUT;
+        loop {
+            let rows = client
+                .call("QueryJobs", json!([[id], ["status"]]))
+                .map_err(|error| format!("QueryJobs failed: {error}"))?;
+            let status = rows[0][0].as_str().unwrap_or("(unknown)").to_owned();
+            if matches!(status.as_str(), "success" | "error" | "canceled") {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "job {id} is still '{status}' {DEATH_MARK_TIMEOUT:?} after its runner was \
+                     found dead"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    Ok(())
+}
+
+fn timestamp_us(value: &Value) -> Option<u64> {
+    Some(value.get(0)?.as_u64()? * 1_000_000 + value.get(1)?.as_u64()?)
+}
+
+/// The locks an opcode takes besides the BGL (as submitted).
+fn opcode_locks(op: &Value) -> Vec<(String, Mode)> {
+    match op["OP_ID"].as_str() {
+        Some("OP_EXEC") => op["locks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|entry| {
+                let mode = if entry[1] == "exclusive" {
+                    Mode::Exclusive
+                } else {
+                    Mode::Shared
+                };
+                (entry[0].as_str().unwrap_or_default().to_owned(), mode)
+            })
+            .collect(),
+        Some("OP_TEST_DELAY") if op["no_locks"] == false => op["on_nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|node| {
+                (
+                    format!("node/{}", node.as_str().unwrap_or_default()),
+                    Mode::Exclusive,
+                )
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Settles the run and checks its end (see the module documentation).
+pub fn final_checks(shared: &Shared, daemons: &mut Daemons, settle: Duration) {
+    let ids: Vec<u64> = shared.serials().ids().collect();
+    // Every job ends.
+    let deadline = Instant::now() + settle;
+    let fields = json!([
+        "id", "status", "ops", "opstatus", "opresult", "start_ts", "end_ts", "opexec", "opend"
+    ]);
+    let rows: BTreeMap<u64, Value> = loop {
+        let mut client = match luxid(shared) {
+            Ok(client) => client,
+            Err(error) => return shared.violation(format!("luxid answers no more: {error}")),
+        };
+        let mut rows = BTreeMap::new();
+        for chunk in ids.chunks(500) {
+            match client.call("QueryJobs", json!([chunk, fields])) {
+                Ok(answer) => {
+                    for (id, row) in chunk.iter().zip(answer.as_array().into_iter().flatten()) {
+                        rows.insert(*id, row.clone());
+                    }
+                }
+                Err(error) => return shared.violation(format!("QueryJobs failed: {error}")),
+            }
+        }
+        let unfinished: Vec<u64> = rows
+            .iter()
+            .filter(|(_, row)| !matches!(row[1].as_str(), Some("success" | "error" | "canceled")))
+            .map(|(id, _)| *id)
+            .collect();
+        if unfinished.is_empty() {
+            break rows;
+        }
+        if Instant::now() >= deadline {
+            let shown: Vec<String> = unfinished
+                .iter()
+                .take(10)
+                .map(|id| format!("{id}: {}", rows[id][1]))
+                .collect();
+            return shared.violation(format!(
+                "{} jobs not final {settle:?} after the chaos ended: {}",
+                unfinished.len(),
+                shown.join(", ")
+            ));
+        }
+        daemons.check_alive(shared);
+        if shared.failed() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    shared
+        .figures
+        .jobs_checked
+        .store(rows.len() as u64, Ordering::Relaxed);
+    // No runner is left once every job is final (give them a moment to
+    // free their locks and exit).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !processes::runners(&shared.binaries.runner, &shared.root).is_empty() {
+        if Instant::now() >= deadline {
+            let left = processes::runners(&shared.binaries.runner, &shared.root);
+            return shared.violation(format!("runners left after every job ended: {left:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    check_outcomes(shared, &rows);
+    check_intervals(shared, &rows);
+    let swept = SystemTime::now();
+    check_lock_table_empty(shared);
+    check_livelocks(shared, swept);
+}
+
+/// Every final status is explained.
+fn check_outcomes(shared: &Shared, rows: &BTreeMap<u64, Value>) {
+    let killed = shared
+        .runners_killed
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let jobs = shared.jobs().clone();
+    for (id, row) in rows {
+        let status = row[1].as_str().unwrap_or_default();
+        let results = row[4].as_array().cloned().unwrap_or_default();
+        let messages: Vec<String> = results
+            .iter()
+            .filter_map(|result| result[1][0].as_str().map(str::to_owned))
+            .collect();
+        let depends = jobs
+            .get(id)
+            .map(|job| job.depends.clone())
+            .unwrap_or_default();
+        for dependency in &depends {
+            // A dependant starts only once its dependency ended.
+            let (Some(started), Some(ended)) = (
+                timestamp_us(&row[5]),
+                rows.get(dependency).and_then(|row| timestamp_us(&row[6])),
+            ) else {
+                continue;
+            };
+            if started < ended {
+                shared.violation(format!(
+                    "job {id} started before job {dependency}, which it depends on, ended"
+                ));
+            }
+        }
+        match status {
+            "success" => {}
+            "error" => {
+                for message in &messages {
+                    let explained = if message == "Preceding opcode failed" {
+                        true
+                    } else if message.starts_with("detected death of job") {
+                        killed.contains(id)
+                    } else if message.starts_with("Dependency job") {
+                        message.contains("finished with status")
+                            && depends.iter().any(|dependency| {
+                                rows.get(dependency).and_then(|row| row[1].as_str())
+                                    != Some("success")
+                            })
+                    } else {
+                        false
+                    };
+                    if !explained {
+                        shared.violation(format!(
+                            "job {id} ended in error for no reason the harness caused: \
+                             {message:?} (results {})",
+                            Value::Array(results.clone())
+                        ));
+                        return;
+                    }
+                }
+            }
+            other => shared.violation(format!(
+                "job {id} ended '{other}' though nothing canceled it: {}",
+                Value::Array(results.clone())
+            )),
+        }
+    }
+}
+
+/// No two conflicting intervals overlap: the lock clients' and those of
+/// the jobs' successful opcodes (`[exec, end]`, inside the time the runner
+/// held the opcode's locks).
+fn check_intervals(shared: &Shared, rows: &BTreeMap<u64, Value>) {
+    let mut intervals = shared.intervals().clone();
+    let mut from_jobs = 0u64;
+    for (id, row) in rows {
+        let ops = row[2].as_array().cloned().unwrap_or_default();
+        for (index, op) in ops.iter().enumerate() {
+            if row[3][index] != "success" {
+                continue;
+            }
+            let (Some(start_us), Some(end_us)) =
+                (timestamp_us(&row[7][index]), timestamp_us(&row[8][index]))
+            else {
+                continue;
+            };
+            let mut locks = vec![("cluster/BGL".to_owned(), Mode::Shared)];
+            locks.extend(opcode_locks(op));
+            for (lock, mode) in locks {
+                from_jobs += 1;
+                intervals.push(Interval {
+                    owner: format!("job {id}"),
+                    lock,
+                    mode,
+                    start_us,
+                    end_us,
+                    ended: "opcode end",
+                });
+            }
+        }
+    }
+    shared
+        .figures
+        .intervals_checked
+        .store(intervals.len() as u64, Ordering::Relaxed);
+    shared
+        .figures
+        .job_intervals
+        .store(from_jobs, Ordering::Relaxed);
+    let found = history::conflicts(&intervals, CONFLICTS_REPORTED_MAX);
+    for (a, b) in found {
+        shared.violation(format!(
+            "conflicting locks held at once: {} held {} {:?} over [{}, {}) µs (end: {}) and {} \
+             held {} {:?} over [{}, {}) µs (end: {})",
+            a.owner,
+            a.lock,
+            a.mode,
+            a.start_us,
+            a.end_us,
+            a.ended,
+            b.owner,
+            b.lock,
+            b.mode,
+            b.start_us,
+            b.end_us,
+            b.ended
+        ));
+    }
+}
+
+/// Once every client freed its locks and every runner is gone, after a
+/// death check, wconfd holds nothing for anyone.
+fn check_lock_table_empty(shared: &Shared) {
+    let mut client = match wconfd(shared) {
+        Ok(client) => client,
+        Err(error) => return shared.violation(format!("wconfd answers no more: {error}")),
+    };
+    let result = client
+        .call("cleanupLocks", json!([]))
+        .and_then(|_| client.call("listLocksWaitingStatus", json!([])));
+    match result {
+        Ok(status) if status == json!([[], []]) => {}
+        Ok(status) => shared.violation(format!(
+            "locks or waiters left after every owner ended: {status}"
+        )),
+        Err(error) => shared.violation(format!("listLocksWaitingStatus failed: {error}")),
+    }
+}
+
+/// No livelock file of a dead process is left, but those the stale-age
+/// rule (D12) keeps for now: files younger than the stale age that no
+/// daemon had a reason to remove (a killed daemon's own; a lock owner
+/// wconfd did not know for sure).
+///
+/// Ages are taken at `swept`, a moment before wconfd's last sweep began.
+fn check_livelocks(shared: &Shared, swept: SystemTime) {
+    let killed_known: BTreeMap<String, bool> = shared
+        .owners_killed
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .map(|(owner, known)| (owner.ident.clone(), *known))
+        .collect();
+    let Ok(entries) = std::fs::read_dir(&shared.livelock_dir) else {
+        return shared.violation("cannot read the livelock directory".to_owned());
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let daemon = name.starts_with("wconf-daemon_") || name.starts_with("luxi-daemon_");
+        if !liveness::is_dead(&path) {
+            if !daemon {
+                shared.violation(format!("livelock {name} is still held after the end"));
+            }
+            continue;
+        }
+        let age = entry
+            .metadata()
+            .and_then(|metadata| metadata.modified())
+            .ok()
+            .and_then(|modified| swept.duration_since(modified).ok())
+            .unwrap_or_default();
+        let allowed =
+            age < LIVELOCK_STALE_AGE_MIN && (daemon || killed_known.get(&name) == Some(&false));
+        if allowed {
+            shared
+                .figures
+                .young_livelocks
+                .fetch_add(1, Ordering::Relaxed);
+        } else {
+            let killed = name
+                .strip_prefix("job_")
+                .and_then(|rest| rest.split('_').next())
+                .and_then(|id| id.parse::<u64>().ok())
+                .is_some_and(|id| {
+                    shared
+                        .runners_killed
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .contains(&id)
+                });
+            shared.violation(format!(
+                "stale livelock {name} (dead, {age:?} old) was not removed{}",
+                if killed {
+                    " (its runner was killed)"
+                } else {
+                    ""
+                }
+            ));
+        }
+    }
+}

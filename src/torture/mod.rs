@@ -1,0 +1,377 @@
+//! The crash harness behind `bin/torture.rs`: real wconfd, luxid and job
+//! runners on a temp root, clients submitting jobs and churning locks,
+//! and a chaos thread that kills the daemons, runners and lock owners with
+//! SIGKILL at seeded random moments and starts the daemons again. What the
+//! clients were acknowledged is checked after every restart and at the
+//! end (see [`checks`]).
+//!
+//! A run is named by its seed: every thread draws from its own stream of
+//! it ([`rng::Rng::stream`]), so a seed replays the same schedule of
+//! actions. The operating system's timing differs from run to run, so the
+//! moment an action lands (and what it hits: the runner picked among those
+//! alive, say) may differ too.
+
+pub mod checks;
+pub mod history;
+pub mod job_clients;
+pub mod lock_clients;
+pub mod processes;
+pub mod rng;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use self::history::{Interval, Serials};
+use self::lock_clients::ClientModel;
+use self::processes::{Binaries, DaemonProcess, OwnerProcess};
+use self::rng::Rng;
+
+/// Threads submitting jobs.
+const JOB_CLIENTS: usize = 3;
+/// Threads churning locks on wconfd.
+const LOCK_CLIENTS: usize = 3;
+/// The root's settings: a small scheduler limit (jobs queue up and
+/// contend), a quick periodic death check, small snapshots (kills land
+/// around them too).
+const SETTINGS: &str = "[wconfd]\ndeath_check_interval_ms = 250\n\
+                        snapshot_journal_bytes_max = 262144\n\
+                        [luxid]\nmax_running_jobs = 8\n";
+/// The run's length without `--duration`, and with `--long`.
+pub const DURATION_DEFAULT: Duration = Duration::from_secs(20);
+pub const DURATION_LONG: Duration = Duration::from_secs(300);
+/// After the chaos: how long every acknowledged job may take to end.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub seed: u64,
+    pub duration: Duration,
+    /// Where the root goes (kept); default: a temp directory, removed
+    /// after a passing run.
+    pub root: Option<PathBuf>,
+    pub binaries: Binaries,
+}
+
+/// Counts of a run, for its report.
+#[derive(Debug, Default)]
+pub struct Figures {
+    pub wconfd_kills: AtomicU64,
+    pub luxid_kills: AtomicU64,
+    pub runner_kills: AtomicU64,
+    pub owner_kills: AtomicU64,
+    pub wconfd_starts: AtomicU64,
+    pub luxid_starts: AtomicU64,
+    pub restart_checks: AtomicU64,
+    /// Lock tables of wconfd checked for conflicting holders.
+    pub table_checks: AtomicU64,
+    pub jobs_submitted: AtomicU64,
+    pub submits_lost: AtomicU64,
+    pub jobs_checked: AtomicU64,
+    pub owners: AtomicU64,
+    pub grants: AtomicU64,
+    pub blocked: AtomicU64,
+    pub releases: AtomicU64,
+    pub lock_answers_lost: AtomicU64,
+    pub lost_but_applied: AtomicU64,
+    pub resyncs: AtomicU64,
+    pub intervals_checked: AtomicU64,
+    pub job_intervals: AtomicU64,
+    pub young_livelocks: AtomicU64,
+}
+
+impl Figures {
+    pub fn lines(&self) -> Vec<String> {
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        vec![
+            format!(
+                "kills     : wconfd {}, luxid {}, runners {}, lock owners {}",
+                get(&self.wconfd_kills),
+                get(&self.luxid_kills),
+                get(&self.runner_kills),
+                get(&self.owner_kills)
+            ),
+            format!(
+                "starts    : wconfd {}, luxid {}; {} checks after restarts, \
+                 {} lock tables checked",
+                get(&self.wconfd_starts),
+                get(&self.luxid_starts),
+                get(&self.restart_checks),
+                get(&self.table_checks)
+            ),
+            format!(
+                "jobs      : {} acknowledged and checked final at the end ({} checked), \
+                 {} submissions lost to kills",
+                get(&self.jobs_submitted),
+                get(&self.jobs_checked),
+                get(&self.submits_lost)
+            ),
+            format!(
+                "locks     : {} owners, {} grants, {} blocked, {} releases, \
+                 {} answers lost ({} of them applied, {} resyncs)",
+                get(&self.owners),
+                get(&self.grants),
+                get(&self.blocked),
+                get(&self.releases),
+                get(&self.lock_answers_lost),
+                get(&self.lost_but_applied),
+                get(&self.resyncs)
+            ),
+            format!(
+                "intervals : {} checked for conflicts ({} of them from jobs' opcodes)",
+                get(&self.intervals_checked),
+                get(&self.job_intervals)
+            ),
+            format!(
+                "livelocks : {} dead files younger than the stale age left (allowed)",
+                get(&self.young_livelocks)
+            ),
+        ]
+    }
+}
+
+/// A job luxid acknowledged.
+#[derive(Clone, Debug)]
+pub struct SubmittedJob {
+    pub depends: Vec<u64>,
+}
+
+/// What the threads of a run share.
+pub struct Shared {
+    pub seed: u64,
+    pub root: PathBuf,
+    pub livelock_dir: PathBuf,
+    pub binaries: Binaries,
+    /// Set when the clients are to stop (the end, or a violation).
+    pub stop_clients: AtomicBool,
+    /// Clients hold it shared for each request and the update of their
+    /// model; a check after a restart holds it exclusively.
+    pub gate: RwLock<()>,
+    violations: Mutex<Vec<String>>,
+    intervals: Mutex<Vec<Interval>>,
+    serials: Mutex<Serials>,
+    jobs: Mutex<BTreeMap<u64, SubmittedJob>>,
+    /// Every owner of the lock clients.
+    pub owners: Mutex<Vec<Arc<OwnerProcess>>>,
+    /// Owners found killed by their client, and whether wconfd knew them
+    /// for sure then (so that their livelock must be removed).
+    pub owners_killed: Mutex<Vec<(Arc<OwnerProcess>, bool)>>,
+    pub models: Vec<Arc<Mutex<ClientModel>>>,
+    /// Jobs whose runner the chaos thread killed.
+    pub runners_killed: Mutex<std::collections::BTreeSet<u64>>,
+    pub figures: Figures,
+}
+
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    pub fn stopping(&self) -> bool {
+        self.stop_clients.load(Ordering::SeqCst)
+    }
+
+    /// Records a violation; the run stops.
+    pub fn violation(&self, message: String) {
+        eprintln!("torture: VIOLATION: {message}");
+        locked(&self.violations).push(message);
+        self.stop_clients.store(true, Ordering::SeqCst);
+    }
+
+    pub fn violations(&self) -> Vec<String> {
+        locked(&self.violations).clone()
+    }
+
+    pub fn failed(&self) -> bool {
+        !locked(&self.violations).is_empty()
+    }
+
+    pub fn intervals(&self) -> MutexGuard<'_, Vec<Interval>> {
+        locked(&self.intervals)
+    }
+
+    pub fn serials(&self) -> MutexGuard<'_, Serials> {
+        locked(&self.serials)
+    }
+
+    pub fn jobs(&self) -> MutexGuard<'_, BTreeMap<u64, SubmittedJob>> {
+        locked(&self.jobs)
+    }
+}
+
+/// Reconnection pauses: 2 ms doubling to 100 ms.
+pub struct Backoff(Duration);
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(2);
+    const MAX: Duration = Duration::from_millis(100);
+
+    pub fn new() -> Backoff {
+        Backoff(Backoff::FIRST)
+    }
+
+    pub fn reset(&mut self) {
+        self.0 = Backoff::FIRST;
+    }
+
+    /// Sleeps the current pause (shorter once `stop` is set) and doubles
+    /// it.
+    pub fn wait(&mut self, stop: &AtomicBool) {
+        let pause = if stop.load(Ordering::Relaxed) {
+            Backoff::FIRST
+        } else {
+            self.0
+        };
+        std::thread::sleep(pause);
+        self.0 = (self.0 * 2).min(Backoff::MAX);
+    }
+}
+
+impl Default for Backoff {
+    fn default() -> Backoff {
+        Backoff::new()
+    }
+}
+
+/// The outcome of a run.
+pub struct Outcome {
+    pub root: PathBuf,
+    pub violations: Vec<String>,
+    pub figures: Vec<String>,
+    pub elapsed: Duration,
+}
+
+/// Runs the harness: chaos for `options.duration`, then the settling and
+/// the final checks.
+pub fn run(options: &Options) -> Result<Outcome, String> {
+    let started = Instant::now();
+    let (temp, root) = match &options.root {
+        Some(root) => {
+            std::fs::create_dir_all(root)
+                .map_err(|error| format!("cannot create {}: {error}", root.display()))?;
+            (None, root.clone())
+        }
+        None => {
+            let temp = tempfile::Builder::new()
+                .prefix("warden-torture.")
+                .tempdir()
+                .map_err(|error| format!("cannot make a temp root: {error}"))?;
+            let path = temp.path().to_owned();
+            (Some(temp), path)
+        }
+    };
+    let root = root
+        .canonicalize()
+        .map_err(|error| format!("cannot resolve {}: {error}", root.display()))?;
+    std::fs::write(root.join(crate::settings::SETTINGS_FILE_NAME), SETTINGS)
+        .map_err(|error| format!("cannot write the settings: {error}"))?;
+    let shared = Arc::new(Shared {
+        seed: options.seed,
+        livelock_dir: root.join(crate::wconfd::LIVELOCK_DIR),
+        root: root.clone(),
+        binaries: options.binaries.clone(),
+        stop_clients: AtomicBool::new(false),
+        gate: RwLock::new(()),
+        violations: Mutex::new(Vec::new()),
+        intervals: Mutex::new(Vec::new()),
+        serials: Mutex::new(Serials::default()),
+        jobs: Mutex::new(BTreeMap::new()),
+        owners: Mutex::new(Vec::new()),
+        owners_killed: Mutex::new(Vec::new()),
+        models: (0..LOCK_CLIENTS)
+            .map(|_| Arc::new(Mutex::new(ClientModel::default())))
+            .collect(),
+        runners_killed: Mutex::new(std::collections::BTreeSet::new()),
+        figures: Figures::default(),
+    });
+    let mut daemons = checks::Daemons {
+        wconfd: DaemonProcess::new(
+            "wconfd",
+            &options.binaries.wconfd,
+            &root,
+            crate::wconfd::SOCKET_PATH,
+        ),
+        luxid: DaemonProcess::new(
+            "luxid",
+            &options.binaries.luxid,
+            &root,
+            crate::luxid::SOCKET_PATH,
+        ),
+    };
+    daemons.start_wconfd(&shared)?;
+    daemons.start_luxid(&shared)?;
+
+    let threads: Vec<std::thread::JoinHandle<()>> = (0..LOCK_CLIENTS)
+        .map(|index| {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name(format!("lock-client-{index}"))
+                .spawn(move || {
+                    let model = Arc::clone(&shared.models[index]);
+                    lock_clients::run(&shared, index, &model);
+                })
+                .expect("spawn a lock client thread")
+        })
+        .chain((0..JOB_CLIENTS).map(|index| {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name(format!("job-client-{index}"))
+                .spawn(move || job_clients::run(&shared, index))
+                .expect("spawn a job client thread")
+        }))
+        .collect();
+
+    let mut rng = Rng::stream(options.seed, 0);
+    let chaos_end = Instant::now() + options.duration;
+    while Instant::now() < chaos_end && !shared.failed() {
+        checks::chaos_step(&mut rng, &shared, &mut daemons);
+    }
+
+    // Settle: the daemons up, no more kills; the clients free everything.
+    if !daemons.wconfd.is_running() {
+        daemons.start_wconfd(&shared)?;
+    }
+    if !daemons.luxid.is_running() {
+        daemons.start_luxid(&shared)?;
+    }
+    shared.stop_clients.store(true, Ordering::SeqCst);
+    for thread in threads {
+        if thread.join().is_err() {
+            shared.violation("a client thread panicked".to_owned());
+        }
+    }
+    if !shared.failed() {
+        checks::final_checks(&shared, &mut daemons, SETTLE_TIMEOUT);
+    }
+    daemons.luxid.stop(Duration::from_secs(10));
+    daemons.wconfd.stop(Duration::from_secs(10));
+    // A run stopped by a violation may leave runners waiting for a wconfd
+    // that will not come back (D39): end them and their programs.
+    for runner in processes::runners(&options.binaries.runner, &root) {
+        processes::kill_runner_group(runner);
+    }
+    let violations = shared.violations();
+    let root = if violations.is_empty() {
+        root
+    } else {
+        // Keep a failing run's root for a look.
+        temp.map_or(root, tempfile::TempDir::keep)
+    };
+    Ok(Outcome {
+        root,
+        violations,
+        figures: shared.figures.lines(),
+        elapsed: started.elapsed(),
+    })
+}
+
+/// A seed for a run without `--seed`: the clock and the process id mixed.
+pub fn random_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos() as u64);
+    Rng::new(nanos ^ (u64::from(std::process::id()) << 32)).next_u64()
+}
