@@ -991,6 +991,26 @@ mod tests {
         }
     }
 
+    /// Writes `batch` as one turn, then checks every torn image of that
+    /// write ([`check_torn_write`]).
+    fn write_torn_and_check(
+        dir: &Path,
+        direct: bool,
+        mut store: LockStore,
+        manager: &mut LockManager,
+        batch: &[LockOp],
+    ) {
+        let states = prefix_states(manager, batch);
+        let before = fs::read(store.journal_path()).expect("journal");
+        for op in batch {
+            run(&mut store, manager, op.clone());
+        }
+        store.commit().expect("commit");
+        let after = fs::read(store.journal_path()).expect("journal");
+        drop(store);
+        check_torn_write(dir, direct, &before, &after, &states);
+    }
+
     /// Every image of the write that turned `before` into `after`
     /// (512-byte sectors each old or new, in the patterns a crash can
     /// leave) must load as the state before the write plus some prefix of
@@ -1071,15 +1091,7 @@ mod tests {
             store.commit().expect("commit");
             // One turn of several records, over more than one sector.
             let batch: Vec<LockOp> = (0..12).map(|i| toggle(i, true)).collect();
-            let states = prefix_states(&manager, &batch);
-            let before = fs::read(store.journal_path()).expect("journal");
-            for op in &batch {
-                run(&mut store, &mut manager, op.clone());
-            }
-            store.commit().expect("commit");
-            let after = fs::read(store.journal_path()).expect("journal");
-            drop(store);
-            check_torn_write(dir.path(), direct, &before, &after, &states);
+            write_torn_and_check(dir.path(), direct, store, &mut manager, &batch);
         }
     }
 
@@ -1133,15 +1145,7 @@ mod tests {
             store.write_snapshot(&manager).expect("snapshot");
             // The new round's first write lands on the old round's records.
             let batch: Vec<LockOp> = (0..12).map(|i| toggle(i, false)).collect();
-            let states = prefix_states(&manager, &batch);
-            let before = fs::read(store.journal_path()).expect("journal");
-            for op in &batch {
-                run(&mut store, &mut manager, op.clone());
-            }
-            store.commit().expect("commit");
-            let after = fs::read(store.journal_path()).expect("journal");
-            drop(store);
-            check_torn_write(dir.path(), direct, &before, &after, &states);
+            write_torn_and_check(dir.path(), direct, store, &mut manager, &batch);
         }
     }
 
