@@ -831,6 +831,13 @@ impl Server {
         if self.queue.is_drained() {
             return Err(WireError::generic("Queue drained"));
         }
+        if jobs.len() > crate::limits::SUBMIT_MANY_JOBS_MAX {
+            return Err(WireError::generic(format!(
+                "SubmitManyJobs: {} jobs are over the limit of {} per submission; submit them in parts",
+                jobs.len(),
+                crate::limits::SUBMIT_MANY_JOBS_MAX
+            )));
+        }
         self.check_room(jobs.len())?;
         let mut results = Vec::with_capacity(jobs.len());
         for ops in jobs {

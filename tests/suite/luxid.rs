@@ -695,6 +695,23 @@ fn the_queue_limit_refuses_submissions_with_job_queue_full() {
 }
 
 #[test]
+fn a_submission_of_more_jobs_than_the_limit_is_refused_whole() {
+    let cluster = Cluster::start();
+    let mut client = cluster.client();
+    let over = warden::limits::SUBMIT_MANY_JOBS_MAX + 1;
+    let jobs: Vec<Value> = (0..over).map(|_| json!([exec(&["/bin/true"])])).collect();
+    let (class, message) = client.fails("SubmitManyJobs", json!([jobs]));
+    assert_eq!(class, "GenericError", "{message}");
+    assert!(message.to_string().contains("over the limit"), "{message}");
+    // Nothing was written: the next job is job 1.
+    assert_eq!(
+        client.ok("SubmitJob", json!([[exec(&["/bin/true"])]])),
+        json!(1)
+    );
+    assert_eq!(client.ok("QueryJobs", json!([null, ["id"]])), json!([[1]]));
+}
+
+#[test]
 fn raising_a_waiting_jobs_priority_lets_it_pass_another_waiter() {
     let cluster = Cluster::start();
     let locked = |argv: &[&str]| json!({"OP_ID": "OP_EXEC", "argv": argv, "locks": [["node/n1", "exclusive"]]});
