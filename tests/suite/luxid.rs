@@ -758,8 +758,21 @@ fn cancel_right_after_submit_cancels_and_never_kills() {
             .as_u64()
             .unwrap();
         let reply = client.ok("CancelJob", json!([id]));
-        assert_eq!(reply[0], json!(true), "{reply}");
-        assert_eq!(cluster.wait_final(id), "canceled", "{}", cluster.logs());
+        if reply[0] == json!(true) {
+            assert_eq!(cluster.wait_final(id), "canceled", "{}", cluster.logs());
+        } else {
+            // On a busy machine the runner may reach its opcode before the
+            // cancel arrives: jobs.md leaves a running opcode alone, so the
+            // job must then run to its end, never be killed.
+            assert_eq!(
+                reply,
+                json!([
+                    false,
+                    "Job no longer waiting, can't cancel (informed it anyway)"
+                ])
+            );
+            assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
+        }
     }
 }
 
