@@ -762,8 +762,9 @@ fn cancel_right_after_submit_cancels_and_never_kills() {
             assert_eq!(cluster.wait_final(id), "canceled", "{}", cluster.logs());
         } else {
             // On a busy machine the runner may reach its opcode before the
-            // cancel arrives: jobs.md leaves a running opcode alone, so the
-            // job must then run to its end, never be killed.
+            // cancel arrives: jobs.md leaves a running opcode alone (the
+            // runner, informed, cancels at the next opcode boundary), so the
+            // job ends `success` or `canceled`, never killed (`error`).
             assert_eq!(
                 reply,
                 json!([
@@ -771,7 +772,12 @@ fn cancel_right_after_submit_cancels_and_never_kills() {
                     "Job no longer waiting, can't cancel (informed it anyway)"
                 ])
             );
-            assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
+            let status = cluster.wait_final(id);
+            assert!(
+                status == "success" || status == "canceled",
+                "{status}: {}",
+                cluster.logs()
+            );
         }
     }
 }
