@@ -5,6 +5,8 @@
 #     (python3-openssl, python3-pyparsing, python3-bitarray, python3-simplejson),
 #   - extracts Debian's ganeti-3.0 package (not installed: only its Python
 #     tree is used) into a cache directory, target/ganeti-3.0 by default.
+# It also installs strace, the other outside tool of the test suite:
+# tests/suite/sync_faults.rs injects failing syncs into the daemons with it.
 # Idempotent: a second run installs and downloads nothing. Runs
 # `apt-get update` only when apt does not know a package or a download from a
 # stale package list fails.
@@ -84,6 +86,13 @@ apt_get() {
     apt_update
     quiet apt-get "$@"
 }
+
+# 0. strace, for the failing-sync tests.
+if ! command -v strace >/dev/null 2>&1; then
+    need_root "install strace"
+    apt_get install -y -qq --no-install-recommends strace
+    command -v strace >/dev/null 2>&1 || fail "no strace after installing it"
+fi
 
 # 1. The Python packages, with the system's Python 3 (Ganeti's client is
 # run with /usr/bin/python3, never a virtualenv's).

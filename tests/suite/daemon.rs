@@ -197,6 +197,13 @@ impl DaemonProcess {
         );
     }
 
+    /// Waits for the daemon to exit by itself; answers how it exited.
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let status = wait_for_exit(self.child_mut(), DEADLINE);
+        self.child = None;
+        status
+    }
+
     /// Whether the process is still running (not exited).
     pub fn is_running(&mut self) -> bool {
         match self.child.as_mut() {
@@ -282,6 +289,11 @@ impl Wconfd {
     /// SIGTERM; it must exit with status 0 within the deadline.
     pub fn stop(&mut self) {
         self.process.stop();
+    }
+
+    /// Waits for wconfd to exit by itself; answers how it exited.
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        self.process.wait_exit()
     }
 
     /// How many descriptors the daemon has open (connections among them).

@@ -28,6 +28,7 @@ mod luxid_bad_input;
 mod reference;
 mod runner;
 mod storage_faults;
+mod sync_faults;
 mod torture;
 mod wconfd_bad_input;
 mod wconfd_liveness;
