@@ -101,6 +101,12 @@ pub const LUXID_MAX_RUNNING_JOBS_DEFAULT: usize = 20;
 /// not warden, is the limit.
 pub const MAX_RUNNING_JOBS_RANGE: RangeInclusive<usize> = 1..=10_000;
 
+/// Fields named by one `QueryJobs` or `WaitForJobChange`: there are 16
+/// fields, and a held `WaitForJobChange` keeps its list for up to 89 s,
+/// so a frame-sized list of repeated names on each of many connections
+/// must not add up to gigabytes.
+pub const QUERY_FIELDS_MAX: usize = 1_000;
+
 /// Jobs in one `SubmitManyJobs`: a submission is checked and written in
 /// one turn of luxid's loop before any reply, at 0.4 to 1.4 ms a job on the
 /// machines warden is measured on, so other clients wait at most about a

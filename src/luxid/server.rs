@@ -13,6 +13,7 @@ use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::fs;
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
@@ -81,12 +82,16 @@ struct Connection {
     writable_registered: bool,
 }
 
-/// A held `WaitForJobChange`.
+/// A held `WaitForJobChange`. What it holds is small whatever the
+/// request was: the field names are the known ones (at most
+/// [`crate::limits::QUERY_FIELDS_MAX`]), and the values the client has (equal to the
+/// job's when the wait began, or it would have been answered) are kept as
+/// a digest.
 struct Watcher {
     token: Token,
     job: JobId,
-    fields: Vec<String>,
-    previous: Value,
+    fields: Vec<&'static str>,
+    seen_digest: u64,
     log_serial: u64,
 }
 
@@ -153,6 +158,8 @@ pub struct Server {
     livelock_watches: HashMap<WatchDescriptor, JobId>,
     connections: HashMap<Token, Connection>,
     watchers: HashMap<u64, Watcher>,
+    /// Keyed hashing of the values a watcher has seen.
+    watched_values_hasher: RandomState,
     watcher_deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
     next_watcher: u64,
     next_token: usize,
@@ -222,6 +229,7 @@ impl Server {
             livelock_watches: HashMap::new(),
             connections: HashMap::new(),
             watchers: HashMap::new(),
+            watched_values_hasher: RandomState::new(),
             watcher_deadlines: BinaryHeap::new(),
             next_watcher: 1,
             next_token: FIRST_DYNAMIC_TOKEN,
@@ -885,7 +893,7 @@ impl Server {
                     .copied()
                     .collect();
                 ids.sort_unstable();
-                if fields.iter().any(|field| field == "archived") {
+                if fields.contains(&"archived") {
                     ids.extend(self.queue.archived_ids());
                     ids.sort_unstable();
                     ids.dedup();
@@ -933,7 +941,7 @@ impl Server {
     }
 
     /// A QueryJobs row; an unknown job has its id and nulls.
-    fn row(&self, id: JobId, fields: &[String]) -> Value {
+    fn row(&self, id: JobId, fields: &[&str]) -> Value {
         let archived;
         let job = match self.job(id) {
             Some(job) => {
@@ -962,7 +970,7 @@ impl Server {
                 .iter()
                 .map(|field| match &job {
                     Some(job) => job.field(field, archived).unwrap_or(Value::Null),
-                    None if field == "id" => json!(id),
+                    None if *field == "id" => json!(id),
                     None => Value::Null,
                 })
                 .collect(),
@@ -992,9 +1000,15 @@ impl Server {
         let Some(job) = self.job(id) else {
             return Err(job_lost(id));
         };
-        if let Some(reply) = change_reply(&job, &fields, &previous, log_serial, true) {
+        let mut seen = None;
+        let reply = change_reply(&job, &fields, log_serial, true, |values| {
+            seen = Some(digest(&self.watched_values_hasher, values));
+            values == &previous
+        });
+        if let Some(reply) = reply {
             return Ok(Some(reply));
         }
+        let seen_digest = seen.expect("change_reply compares the values");
         let watcher_id = self.next_watcher;
         self.next_watcher += 1;
         let deadline = Instant::now() + Duration::from_secs_f64(timeout);
@@ -1004,7 +1018,7 @@ impl Server {
                 token,
                 job: id,
                 fields,
-                previous,
+                seen_digest,
                 log_serial,
             },
         );
@@ -1023,14 +1037,12 @@ impl Server {
             .iter()
             .filter(|(_, watcher)| changed.contains(&watcher.job))
             .filter_map(|(&id, watcher)| match self.job(watcher.job) {
-                Some(job) => change_reply(
-                    &job,
-                    &watcher.fields,
-                    &watcher.previous,
-                    watcher.log_serial,
-                    true,
-                )
-                .map(|reply| (id, Ok(reply))),
+                Some(job) => {
+                    change_reply(&job, &watcher.fields, watcher.log_serial, true, |values| {
+                        digest(&self.watched_values_hasher, values) == watcher.seen_digest
+                    })
+                    .map(|reply| (id, Ok(reply)))
+                }
                 None => Some((id, Err(job_lost(watcher.job)))),
             })
             .collect();
@@ -1049,14 +1061,12 @@ impl Server {
                 continue;
             };
             let reply = match self.job(watcher.job) {
-                Some(job) => Ok(change_reply(
-                    &job,
-                    &watcher.fields,
-                    &watcher.previous,
-                    watcher.log_serial,
-                    false,
-                )
-                .expect("an unconditional reply")),
+                Some(job) => {
+                    Ok(
+                        change_reply(&job, &watcher.fields, watcher.log_serial, false, |_| true)
+                            .expect("an unconditional reply"),
+                    )
+                }
                 None => Err(job_lost(watcher.job)),
             };
             self.answer_watcher(id, reply);
@@ -1834,32 +1844,72 @@ fn job_id(args: &Args, index: usize) -> Result<JobId, WireError> {
     parse_job_id(args.get(index)).ok_or_else(|| args.bad(index, "is not a job id"))
 }
 
-fn field_names(args: &Args, index: usize) -> Result<Vec<String>, WireError> {
+fn field_names(args: &Args, index: usize) -> Result<Vec<&'static str>, WireError> {
     let fields = args.list(index)?;
+    if fields.len() > crate::limits::QUERY_FIELDS_MAX {
+        return Err(WireError {
+            class: "OpPrereqError",
+            args: vec![
+                json!(format!(
+                    "{} fields are over the limit of {} per query",
+                    fields.len(),
+                    crate::limits::QUERY_FIELDS_MAX
+                )),
+                json!("wrong_input"),
+            ],
+        });
+    }
     fields
         .iter()
         .map(|field| match field.as_str() {
-            Some(name) if FIELDS.contains(&name) => Ok(name.to_owned()),
-            Some(name) => Err(WireError {
-                class: "OpPrereqError",
-                args: vec![
-                    json!(format!("Unknown job field '{name}'")),
-                    json!("wrong_input"),
-                ],
-            }),
+            Some(name) => match FIELDS.iter().find(|known| **known == name) {
+                Some(known) => Ok(*known),
+                None => Err(unknown_field(name)),
+            },
             None => Err(args.bad(index, "holds a field name that is not a string")),
         })
         .collect()
 }
 
+/// A keyed 64-bit digest of `values` as JSON: two different views of a
+/// job share one with a chance of 2^-64, which would delay a watcher's
+/// answer to its timeout, never lose a change.
+fn digest(hasher: &RandomState, values: &Value) -> u64 {
+    struct Feed<H: Hasher>(H);
+    impl<H: Hasher> io::Write for Feed<H> {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            self.0.write(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut feed = Feed(hasher.build_hasher());
+    serde_json::to_writer(&mut feed, values).expect("a Value always serializes");
+    feed.0.finish()
+}
+
+fn unknown_field(name: &str) -> WireError {
+    WireError {
+        class: "OpPrereqError",
+        args: vec![
+            json!(format!("Unknown job field '{name}'")),
+            json!("wrong_input"),
+        ],
+    }
+}
+
 /// The `WaitForJobChange` reply for a job, or `None` if nothing changed
-/// and `only_if_changed` (a final job always answers).
+/// (the values are what the client has, by `same_values`, and no log entry
+/// is newer than `log_serial`) and `only_if_changed` (a final job always
+/// answers).
 fn change_reply(
     job: &Job,
-    fields: &[String],
-    previous: &Value,
+    fields: &[&str],
     log_serial: u64,
     only_if_changed: bool,
+    same_values: impl FnOnce(&Value) -> bool,
 ) -> Option<Value> {
     let values = Value::Array(
         fields
@@ -1872,7 +1922,7 @@ fn change_reply(
         .into_iter()
         .map(|entry| json!(entry))
         .collect();
-    let changed = &values != previous || !log.is_empty() || job.is_final();
+    let changed = !same_values(&values) || !log.is_empty() || job.is_final();
     (changed || !only_if_changed).then(|| json!([values, log]))
 }
 
@@ -1922,7 +1972,8 @@ mod tests {
             if let Ok(fields) = field_names(&args, 1) {
                 let job = build_job(&json!([{"OP_ID": "OP_EXEC", "argv": ["/bin/true"]}]), 1)
                     .expect("a valid job");
-                let reply = change_reply(&job, &fields, args.get(0), 0, false).expect("unconditional");
+                let reply = change_reply(&job, &fields, 0, false, |values| values == args.get(0))
+                    .expect("unconditional");
                 prop_assert_eq!(reply[0].as_array().map(Vec::len), Some(fields.len()));
             }
         }

@@ -527,3 +527,65 @@ fn a_query_of_many_unknown_or_repeated_ids_does_not_stall_luxid() {
     }
     assert_eq!(fixture.fingerprint(), before);
 }
+
+#[test]
+fn held_waits_keep_no_copy_of_the_values_their_clients_have() {
+    let fixture = Fixture::start("frame_bytes_max = 8388608\n");
+    // A queued job (behind the sleeper) whose opcodes take 2 MB.
+    let long = "x".repeat(2 * 1024 * 1024);
+    let big = fixture.cluster.submit(json!([exec(&["/bin/true", &long])]));
+    let ops = fixture.cluster.query(big, &["ops"]).remove(0);
+    let before = memory_kib(fixture.pid(), "VmRSS");
+    // Thirty clients wait for a change of what they have, 60 MB of values
+    // if each wait kept the values it was sent.
+    let mut waiting = Vec::new();
+    for _ in 0..30 {
+        let mut client = fixture.cluster.client();
+        client
+            .send(
+                "WaitForJobChange",
+                json!([big, ["ops", "priority"], [ops, 0], null, 30.0]),
+            )
+            .expect("send");
+        waiting.push(client);
+    }
+    // Every wait is held (answered only on a change or the timeout).
+    let mut other = fixture.cluster.client();
+    assert_eq!(
+        other.ok("QueryJobs", json!([[big], ["status"]])),
+        json!([["queued"]])
+    );
+    let grown = memory_kib(fixture.pid(), "VmRSS").saturating_sub(before);
+    eprintln!("luxid: VmRSS grew {grown} KiB with 30 held waits");
+    assert!(grown < 24 * 1024, "luxid's VmRSS grew {grown} KiB");
+    // A change answers them all, with the values they did not have.
+    other.ok("ChangeJobPriority", json!([big, -10]));
+    for client in &mut waiting {
+        let answer = client.read_response().expect("an answer").expect("values");
+        assert_eq!(answer[0][1], json!(-10));
+    }
+}
+
+#[test]
+fn a_query_of_more_fields_than_the_limit_is_refused() {
+    let fixture = Fixture::start("");
+    let mut client = fixture.cluster.client();
+    let at_limit = vec!["id"; warden::limits::QUERY_FIELDS_MAX];
+    let row = client.ok("QueryJobs", json!([[fixture.finished], at_limit]));
+    assert_eq!(row[0].as_array().map(Vec::len), Some(at_limit.len()));
+    let over = vec!["id"; warden::limits::QUERY_FIELDS_MAX + 1];
+    for (method, args) in [
+        ("QueryJobs", json!([[fixture.finished], over])),
+        (
+            "WaitForJobChange",
+            json!([fixture.running, over, null, null, 1.0]),
+        ),
+    ] {
+        let (class, message) = client.fails(method, args);
+        assert_eq!(class, "OpPrereqError", "{method}: {message}");
+        assert!(
+            message.to_string().contains("over the limit of 1000"),
+            "{method}: {message}"
+        );
+    }
+}
