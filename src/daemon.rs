@@ -11,7 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use mio::net::{UnixListener, UnixStream};
 use mio::{Interest, Registry, Token};
 
-use crate::limits::CONNECTION_BUFFER_RETAINED_BYTES_MAX;
+use crate::limits::{CONNECTION_BUFFER_RETAINED_BYTES_MAX, RELEASE_MEMORY_AFTER_ANSWER_BYTES};
 use crate::liveness::{self, Livelock};
 use crate::protocol::{WireError, encode_failure};
 use crate::sys::{self, PeerCredentials};
@@ -232,9 +232,14 @@ pub fn write_out(stream: &mut UnixStream, output: &mut Vec<u8>) -> io::Result<()
         }
     };
     output.drain(..written);
-    // A large answer does not leave a large buffer behind.
+    // A large answer does not leave a large buffer behind, nor the memory
+    // it was built in.
     if output.is_empty() && output.capacity() > CONNECTION_BUFFER_RETAINED_BYTES_MAX {
+        let capacity = output.capacity();
         *output = Vec::new();
+        if capacity > RELEASE_MEMORY_AFTER_ANSWER_BYTES {
+            sys::release_free_memory();
+        }
     }
     result
 }
