@@ -53,13 +53,16 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use serde_json::{Map, Value, json};
+use serde::ser::{Serialize, SerializeMap, SerializeTuple, Serializer};
+use serde_json::{Value, json};
 
 use super::{StoreError, atomic_write, crc32};
-use crate::locks::{Level, LockManager, LockOp, Owner, SavedPending, SavedState};
+use crate::locks::{
+    Entry, Ident, Level, LockManager, LockName, LockOp, Mode, Owner, SavedPending, SavedState,
+};
 use crate::protocol::wconfd::{
     decode_entry, decode_lock, decode_lock_mode, decode_owner, encode_entry, encode_lock_modes,
-    encode_locks, encode_owner,
+    encode_owner,
 };
 use crate::sys;
 
@@ -229,17 +232,19 @@ impl LockStore {
         if self.unwritten.is_empty() {
             self.unwritten_first_seq = self.next_seq;
         }
-        let payload =
-            serde_json::to_vec(&Value::Object(encode_op(op))).expect("JSON to a Vec cannot fail");
-        let length = u32::try_from(payload.len()).expect("a record is far below 4 GiB");
         let start = self.unwritten.len();
-        self.unwritten.extend_from_slice(&[0; 4]);
-        self.unwritten.extend_from_slice(&length.to_le_bytes());
+        // The header with the length left blank, then the JSON straight
+        // after it, then the length.
+        self.unwritten.extend_from_slice(&[0; 8]);
         self.unwritten
             .extend_from_slice(&self.next_seq.to_le_bytes());
         self.unwritten
             .extend_from_slice(&self.unwritten_first_seq.to_le_bytes());
-        self.unwritten.extend_from_slice(&payload);
+        serde_json::to_writer(&mut self.unwritten, &RecordJson(op))
+            .expect("JSON to a Vec cannot fail");
+        let length = self.unwritten.len() - start - RECORD_HEADER_BYTES;
+        let length = u32::try_from(length).expect("a record is far below 4 GiB");
+        self.unwritten[start + 4..start + 8].copy_from_slice(&length.to_le_bytes());
         let checksum = crc32(&self.unwritten[start + 4..]);
         self.unwritten[start..start + 4].copy_from_slice(&checksum.to_le_bytes());
         self.next_seq += 1;
@@ -668,61 +673,129 @@ fn decode_snapshot(bytes: &[u8]) -> Result<(SavedState, u64), String> {
     Ok((saved, last_seq))
 }
 
-fn encode_op(op: &LockOp) -> Map<String, Value> {
-    let value = match op {
-        LockOp::TryUpdate { owner, request } => json!({
-            "op": "tryUpdateLocks",
-            "owner": encode_owner(owner),
-            "request": request.iter().map(encode_entry).collect::<Vec<_>>(),
-        }),
-        LockOp::UpdateWaiting {
-            owner,
-            priority,
-            request,
-        } => json!({
-            "op": "updateLocksWaiting",
-            "owner": encode_owner(owner),
-            "priority": priority,
-            "request": request.iter().map(encode_entry).collect::<Vec<_>>(),
-        }),
-        LockOp::FreeLocks { owner } => json!({
-            "op": "freeLocks",
-            "owner": encode_owner(owner),
-        }),
-        LockOp::FreeLocksLevel { owner, level } => json!({
-            "op": "freeLocksLevel",
-            "owner": encode_owner(owner),
-            "level": level.as_str(),
-        }),
-        LockOp::DowngradeLocksLevel { owner, level } => json!({
-            "op": "downGradeLocksLevel",
-            "owner": encode_owner(owner),
-            "level": level.as_str(),
-        }),
-        LockOp::IntersectLocks { owner, keep } => json!({
-            "op": "intersectLocks",
-            "owner": encode_owner(owner),
-            "locks": encode_locks(keep),
-        }),
-        LockOp::OpportunisticUnion { owner, wanted } => json!({
-            "op": "opportunisticLockUnion",
-            "owner": encode_owner(owner),
-            "wanted": encode_lock_modes(wanted),
-        }),
-        LockOp::GuardedOpportunisticUnion {
-            count,
-            owner,
-            wanted,
-        } => json!({
-            "op": "guardedOpportunisticLockUnion",
-            "count": count,
-            "owner": encode_owner(owner),
-            "wanted": encode_lock_modes(wanted),
-        }),
-    };
-    match value {
-        Value::Object(fields) => fields,
-        _ => unreachable!("json! of an object literal is an object"),
+/// A journal record's JSON object, written straight from the operation:
+/// `op` (the RPC's name), `owner` and the operation's arguments, in the
+/// wire forms of protocol.md (`decode_record` reads it back).
+struct RecordJson<'a>(&'a LockOp);
+
+impl Serialize for RecordJson<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        let op = self.0;
+        map.serialize_entry("op", op_name(op))?;
+        match op {
+            LockOp::TryUpdate { owner, request } => {
+                map.serialize_entry("owner", &OwnerJson(owner))?;
+                map.serialize_entry("request", &EntriesJson(request))?;
+            }
+            LockOp::UpdateWaiting {
+                owner,
+                priority,
+                request,
+            } => {
+                map.serialize_entry("owner", &OwnerJson(owner))?;
+                map.serialize_entry("priority", priority)?;
+                map.serialize_entry("request", &EntriesJson(request))?;
+            }
+            LockOp::FreeLocks { owner } => map.serialize_entry("owner", &OwnerJson(owner))?,
+            LockOp::FreeLocksLevel { owner, level }
+            | LockOp::DowngradeLocksLevel { owner, level } => {
+                map.serialize_entry("owner", &OwnerJson(owner))?;
+                map.serialize_entry("level", level.as_str())?;
+            }
+            LockOp::IntersectLocks { owner, keep } => {
+                map.serialize_entry("owner", &OwnerJson(owner))?;
+                map.serialize_entry("locks", &LocksJson(keep))?;
+            }
+            LockOp::OpportunisticUnion { owner, wanted } => {
+                map.serialize_entry("owner", &OwnerJson(owner))?;
+                map.serialize_entry("wanted", &LockModesJson(wanted))?;
+            }
+            LockOp::GuardedOpportunisticUnion {
+                count,
+                owner,
+                wanted,
+            } => {
+                map.serialize_entry("count", count)?;
+                map.serialize_entry("owner", &OwnerJson(owner))?;
+                map.serialize_entry("wanted", &LockModesJson(wanted))?;
+            }
+        }
+        map.end()
+    }
+}
+
+fn op_name(op: &LockOp) -> &'static str {
+    match op {
+        LockOp::TryUpdate { .. } => "tryUpdateLocks",
+        LockOp::UpdateWaiting { .. } => "updateLocksWaiting",
+        LockOp::FreeLocks { .. } => "freeLocks",
+        LockOp::FreeLocksLevel { .. } => "freeLocksLevel",
+        LockOp::DowngradeLocksLevel { .. } => "downGradeLocksLevel",
+        LockOp::IntersectLocks { .. } => "intersectLocks",
+        LockOp::OpportunisticUnion { .. } => "opportunisticLockUnion",
+        LockOp::GuardedOpportunisticUnion { .. } => "guardedOpportunisticLockUnion",
+    }
+}
+
+/// `[ident, livelock, pid]`, as `encode_owner`.
+struct OwnerJson<'a>(&'a Owner);
+
+impl Serialize for OwnerJson<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let owner = self.0;
+        let mut tuple = serializer.serialize_tuple(3)?;
+        match &owner.ident {
+            Ident::Name(name) => tuple.serialize_element(name)?,
+            Ident::Job(id) => tuple.serialize_element(id)?,
+        }
+        tuple.serialize_element(&owner.livelock)?;
+        tuple.serialize_element(&owner.pid)?;
+        tuple.end()
+    }
+}
+
+/// A lock name as its string, written without making the string.
+struct LockJson<'a>(&'a LockName);
+
+impl Serialize for LockJson<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self.0)
+    }
+}
+
+/// `[[lock, action], ...]`, as `encode_entry`.
+struct EntriesJson<'a>(&'a [Entry]);
+
+impl Serialize for EntriesJson<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(
+            self.0
+                .iter()
+                .map(|entry| (LockJson(&entry.lock), entry.action.as_str())),
+        )
+    }
+}
+
+/// `[lock, ...]`, as `encode_locks`.
+struct LocksJson<'a>(&'a [LockName]);
+
+impl Serialize for LocksJson<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(LockJson))
+    }
+}
+
+/// `[[lock, mode], ...]`, as `encode_lock_modes`.
+struct LockModesJson<'a>(&'a [(LockName, Mode)]);
+
+impl Serialize for LockModesJson<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(
+            self.0
+                .iter()
+                .map(|(lock, mode)| (LockJson(lock), mode.as_str())),
+        )
     }
 }
 
@@ -803,7 +876,68 @@ fn decode_record(payload: &[u8]) -> Result<LockOp, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::locks::{Entry, LockName, Mode};
+    use crate::protocol::wconfd::encode_locks;
+    use serde_json::Map;
+
+    /// The record's JSON built as a `Value`: what `RecordJson` must write
+    /// byte for byte.
+    fn encode_op(op: &LockOp) -> Map<String, Value> {
+        let value = match op {
+            LockOp::TryUpdate { owner, request } => json!({
+                "op": "tryUpdateLocks",
+                "owner": encode_owner(owner),
+                "request": request.iter().map(encode_entry).collect::<Vec<_>>(),
+            }),
+            LockOp::UpdateWaiting {
+                owner,
+                priority,
+                request,
+            } => json!({
+                "op": "updateLocksWaiting",
+                "owner": encode_owner(owner),
+                "priority": priority,
+                "request": request.iter().map(encode_entry).collect::<Vec<_>>(),
+            }),
+            LockOp::FreeLocks { owner } => json!({
+                "op": "freeLocks",
+                "owner": encode_owner(owner),
+            }),
+            LockOp::FreeLocksLevel { owner, level } => json!({
+                "op": "freeLocksLevel",
+                "owner": encode_owner(owner),
+                "level": level.as_str(),
+            }),
+            LockOp::DowngradeLocksLevel { owner, level } => json!({
+                "op": "downGradeLocksLevel",
+                "owner": encode_owner(owner),
+                "level": level.as_str(),
+            }),
+            LockOp::IntersectLocks { owner, keep } => json!({
+                "op": "intersectLocks",
+                "owner": encode_owner(owner),
+                "locks": encode_locks(keep),
+            }),
+            LockOp::OpportunisticUnion { owner, wanted } => json!({
+                "op": "opportunisticLockUnion",
+                "owner": encode_owner(owner),
+                "wanted": encode_lock_modes(wanted),
+            }),
+            LockOp::GuardedOpportunisticUnion {
+                count,
+                owner,
+                wanted,
+            } => json!({
+                "op": "guardedOpportunisticLockUnion",
+                "count": count,
+                "owner": encode_owner(owner),
+                "wanted": encode_lock_modes(wanted),
+            }),
+        };
+        match value {
+            Value::Object(fields) => fields,
+            _ => unreachable!("json! of an object literal is an object"),
+        }
+    }
 
     fn job(id: u64) -> Owner {
         Owner::job(id, format!("/r/livelocks/job_{id:06}_1"), 100 + id as u32)
@@ -890,6 +1024,32 @@ mod tests {
         LockOp::TryUpdate {
             owner: job(50_000 + k),
             request: vec![Entry::exclusive(node(&format!("fresh{k}")))],
+        }
+    }
+
+    /// Records are written straight from the operation, byte for byte as
+    /// the same JSON built as a `Value`, and read back as the operation;
+    /// names that JSON must escape included.
+    #[test]
+    fn records_are_written_as_their_json_and_read_back() {
+        let odd = Owner::named("wc\"fd\u{7}é", "/r/livelocks/\\odd\n", 7);
+        let mut ops = sample_ops();
+        ops.push(LockOp::TryUpdate {
+            owner: odd.clone(),
+            request: vec![Entry::shared(node("n\"1\u{1}ü"))],
+        });
+        ops.push(LockOp::IntersectLocks {
+            owner: odd,
+            keep: vec![LockName::Bgl, node("x")],
+        });
+        for op in ops {
+            let written = serde_json::to_vec(&RecordJson(&op)).expect("JSON");
+            let built = serde_json::to_vec(&Value::Object(encode_op(&op))).expect("JSON");
+            assert_eq!(
+                String::from_utf8_lossy(&written),
+                String::from_utf8_lossy(&built)
+            );
+            assert_eq!(decode_record(&written).expect("decodes"), op);
         }
     }
 
