@@ -8,7 +8,7 @@ pub mod arbitrary;
 pub mod frame;
 pub mod wconfd;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 pub use frame::{ETX, FrameError, FrameReader};
 
@@ -79,12 +79,14 @@ pub fn parse_request(frame: &[u8]) -> Result<Request, WireError> {
     Ok(Request { method, args })
 }
 
-/// Appends a success response and its ETX.
+/// Appends a success response and its ETX: `{"success":true,"result":…}`,
+/// the result written in place (a listing can be megabytes; it is not
+/// copied into a response object first).
 pub fn encode_success(result: &Value, out: &mut Vec<u8>) {
-    let mut response = Map::with_capacity(2);
-    response.insert("success".to_owned(), Value::Bool(true));
-    response.insert("result".to_owned(), result.clone());
-    encode(&Value::Object(response), out);
+    out.extend_from_slice(br#"{"success":true,"result":"#);
+    serde_json::to_writer(&mut *out, result).expect("writing JSON to a Vec cannot fail");
+    out.push(b'}');
+    out.push(ETX);
 }
 
 /// Appends a failure response and its ETX.
@@ -233,5 +235,14 @@ mod tests {
             json!({"success": false, "result": ["GenericError", ["no"]]})
         );
         assert_eq!(parts.next(), Some(""));
+        let mut out = Vec::new();
+        encode_success(
+            &json!([["node/a", "exclusive"], {"k": "\u{3}\""}]),
+            &mut out,
+        );
+        assert_eq!(
+            out,
+            b"{\"success\":true,\"result\":[[\"node/a\",\"exclusive\"],{\"k\":\"\\u0003\\\"\"}]}\x03"
+        );
     }
 }
