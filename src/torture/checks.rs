@@ -487,10 +487,18 @@ fn check_outcomes(shared: &Shared, rows: &BTreeMap<u64, Value>) {
             .iter()
             .filter_map(|result| result[1][0].as_str().map(str::to_owned))
             .collect();
-        let depends = jobs
-            .get(id)
-            .map(|job| job.depends.clone())
-            .unwrap_or_default();
+        let job = jobs.get(id);
+        let depends = job.map(|job| job.depends.clone()).unwrap_or_default();
+        let cancel_asked = job.is_some_and(|job| job.cancel_asked);
+        let kill_asked = job.is_some_and(|job| job.kill_asked);
+        let dependency_canceled = depends.iter().any(|dependency| {
+            rows.get(dependency).and_then(|row| row[1].as_str()) == Some("canceled")
+        });
+        if job.is_some_and(|job| job.dequeued) && status != "canceled" {
+            shared.violation(format!(
+                "job {id} was dequeued by CancelJob but ended '{status}'"
+            ));
+        }
         for dependency in &depends {
             // A dependant starts only once its dependency ended.
             let (Some(started), Some(ended)) = (
@@ -512,7 +520,7 @@ fn check_outcomes(shared: &Shared, rows: &BTreeMap<u64, Value>) {
                     let explained = if message == "Preceding opcode failed" {
                         true
                     } else if message.starts_with("detected death of job") {
-                        killed.contains(id)
+                        killed.contains(id) || kill_asked
                     } else if message.starts_with("Dependency job") {
                         message.contains("finished with status")
                             && depends.iter().any(|dependency| {
@@ -532,6 +540,7 @@ fn check_outcomes(shared: &Shared, rows: &BTreeMap<u64, Value>) {
                     }
                 }
             }
+            "canceled" if cancel_asked || dependency_canceled => {}
             other => shared.violation(format!(
                 "job {id} ended '{other}' though nothing canceled it: {}",
                 Value::Array(results.clone())

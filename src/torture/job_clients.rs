@@ -1,5 +1,6 @@
 //! Job clients: threads that submit jobs to luxid over LUXI, record the
-//! ids luxid acknowledged, and look some of them up again. Jobs are short:
+//! ids luxid acknowledged, look some of them up again and cancel some of
+//! them (some with `kill`), queued, waiting or running. Jobs are short:
 //! `OP_EXEC` of `true` or `sleep 0.0x`, `OP_TEST_DELAY`s, some taking the
 //! same `node/<n>` locks as the lock clients, some depending on earlier
 //! jobs, some of two opcodes.
@@ -44,7 +45,15 @@ pub fn run(shared: &Shared, index: usize) {
                 if let Err(message) = outcome {
                     shared.violation(message);
                 }
-                shared.jobs().insert(id, SubmittedJob { depends });
+                shared.jobs().insert(
+                    id,
+                    SubmittedJob {
+                        depends,
+                        cancel_asked: false,
+                        kill_asked: false,
+                        dequeued: false,
+                    },
+                );
                 shared
                     .figures
                     .jobs_submitted
@@ -63,6 +72,7 @@ pub fn run(shared: &Shared, index: usize) {
                 continue;
             }
         }
+        let mut lost = false;
         if look_up {
             let known: Vec<u64> = shared.jobs().keys().rev().take(20).copied().collect();
             let id = *rng.pick(&known);
@@ -78,10 +88,83 @@ pub fn run(shared: &Shared, index: usize) {
                     "luxid refused QueryJobs: {class} {}",
                     Value::Array(args)
                 )),
-                Err(_) => connection = None,
+                Err(_) => lost = true,
             }
         }
+        if !lost && rng.percent(CANCEL_PERCENT) {
+            lost = !cancel(&mut rng, shared, client);
+        }
+        if lost {
+            connection = None;
+        }
         std::thread::sleep(Duration::from_millis(rng.below(25)));
+    }
+}
+
+/// Submissions followed by a `CancelJob` of a recent job.
+const CANCEL_PERCENT: u64 = 6;
+
+/// Cancels one of the last jobs, mostly one that is waiting for its
+/// locks or running (a third of the time with `kill`), recording what was
+/// asked and what luxid answered; false if the connection is lost.
+fn cancel(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
+    let known: Vec<u64> = shared.jobs().keys().rev().take(1000).copied().collect();
+    if known.is_empty() {
+        return true;
+    }
+    let started: Vec<u64> = match client.call("QueryJobs", json!([known, ["id", "status"]])) {
+        Ok(rows) => rows
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|row| matches!(row[1].as_str(), Some("waiting" | "running")))
+            .filter_map(|row| row[0].as_u64())
+            .collect(),
+        Err(ClientError::Failed { .. }) => Vec::new(),
+        Err(_) => return false,
+    };
+    let id = if !started.is_empty() && rng.percent(75) {
+        *rng.pick(&started)
+    } else {
+        *rng.pick(&known[..known.len().min(10)])
+    };
+    let kill = rng.percent(33);
+    // Recorded before asking: if the answer is lost, the cancel may
+    // still have happened.
+    if let Some(job) = shared.jobs().get_mut(&id) {
+        job.cancel_asked = true;
+        job.kill_asked |= kill;
+    }
+    shared.figures.cancels.fetch_add(1, Ordering::Relaxed);
+    if kill {
+        shared
+            .figures
+            .cancels_killing
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    let args = if kill { json!([id, true]) } else { json!([id]) };
+    match client.call("CancelJob", args) {
+        Ok(answer) => {
+            let dequeued = answer[0] == json!(true)
+                && answer[1]
+                    .as_str()
+                    .is_some_and(|text| text.starts_with("Dequeued"));
+            if dequeued {
+                shared.figures.dequeued.fetch_add(1, Ordering::Relaxed);
+                if let Some(job) = shared.jobs().get_mut(&id) {
+                    job.dequeued = true;
+                }
+            }
+            true
+        }
+        Err(ClientError::Failed { class, args, .. }) => {
+            shared.violation(format!(
+                "luxid refused CancelJob of acknowledged job {id}: {class} {}",
+                Value::Array(args)
+            ));
+            true
+        }
+        Err(_) => false,
     }
 }
 

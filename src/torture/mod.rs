@@ -70,6 +70,9 @@ pub struct Figures {
     pub table_checks: AtomicU64,
     pub jobs_submitted: AtomicU64,
     pub submits_lost: AtomicU64,
+    pub cancels: AtomicU64,
+    pub cancels_killing: AtomicU64,
+    pub dequeued: AtomicU64,
     pub jobs_checked: AtomicU64,
     pub owners: AtomicU64,
     pub grants: AtomicU64,
@@ -110,6 +113,12 @@ impl Figures {
                 get(&self.submits_lost)
             ),
             format!(
+                "cancels   : {} asked ({} with kill), {} of them dequeued",
+                get(&self.cancels),
+                get(&self.cancels_killing),
+                get(&self.dequeued)
+            ),
+            format!(
                 "locks     : {} owners, {} grants, {} blocked, {} releases, \
                  {} answers lost ({} of them applied, {} resyncs)",
                 get(&self.owners),
@@ -137,6 +146,12 @@ impl Figures {
 #[derive(Clone, Debug)]
 pub struct SubmittedJob {
     pub depends: Vec<u64>,
+    /// A `CancelJob` was sent for it (whatever the answer).
+    pub cancel_asked: bool,
+    /// ... with `kill`.
+    pub kill_asked: bool,
+    /// luxid answered that it dequeued the job: it must end `canceled`.
+    pub dequeued: bool,
 }
 
 /// What the threads of a run share.
