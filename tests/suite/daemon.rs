@@ -63,6 +63,20 @@ pub fn memory_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
 }
 
+/// The names of the entries of a directory.
+pub fn file_names(dir: &Path) -> std::collections::BTreeSet<String> {
+    fs::read_dir(dir)
+        .unwrap_or_else(|error| panic!("list {}: {error}", dir.display()))
+        .map(|entry| {
+            entry
+                .expect("an entry")
+                .file_name()
+                .into_string()
+                .expect("UTF-8")
+        })
+        .collect()
+}
+
 /// A unique number for this test process (livelock names, log names).
 fn next_serial() -> u64 {
     static SERIAL: AtomicU64 = AtomicU64::new(1);

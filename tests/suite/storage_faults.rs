@@ -39,7 +39,7 @@ use nix::unistd::Pid;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-use crate::daemon::{Client, DEADLINE, Root, wait_for_exit, wait_until};
+use crate::daemon::{Client, DEADLINE, Root, file_names, wait_for_exit, wait_until};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -281,16 +281,7 @@ impl Sandbox {
 
     /// The names of files in the root's `relative` directory.
     fn names(&self, relative: &str) -> BTreeSet<String> {
-        fs::read_dir(self.view_of(relative))
-            .expect("list the directory")
-            .map(|entry| {
-                entry
-                    .expect("an entry")
-                    .file_name()
-                    .into_string()
-                    .expect("UTF-8")
-            })
-            .collect()
+        file_names(&self.view_of(relative))
     }
 }
 

@@ -18,7 +18,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-use crate::daemon::{DEADLINE, OwnerProcess, Wconfd, wait_for_exit, wait_until};
+use crate::daemon::{DEADLINE, OwnerProcess, Wconfd, file_names, wait_for_exit, wait_until};
 use crate::luxid::{Cluster, Luxid};
 
 /// `strace` attached to every thread of a process, failing `syscalls`
@@ -183,20 +183,13 @@ fn wconfd_refuses_a_config_write_and_stops_on_a_lock_change_whose_sync_fails() {
     );
 }
 
-fn job_files(root: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(root.join("queue"))
-        .expect("the queue")
-        .map(|entry| {
-            entry
-                .expect("an entry")
-                .file_name()
-                .into_string()
-                .expect("UTF-8")
-        })
-        .filter(|name| name.starts_with("job-"))
-        .collect();
-    names.sort();
-    names
+/// The queue's files other than its fixed ones (`lock`, `serial`,
+/// `version`, `archive`): job files and any temp file.
+fn job_and_temp_files(root: &Path) -> Vec<String> {
+    file_names(&root.join("queue"))
+        .into_iter()
+        .filter(|name| !matches!(name.as_str(), "lock" | "serial" | "version" | "archive"))
+        .collect()
 }
 
 fn delay_job() -> Value {
@@ -232,7 +225,7 @@ fn luxid_refuses_submissions_whose_sync_fails_and_never_shows_them() {
         client.ok("QueryConfigValues", json!([["drain_flag"]])),
         json!([false])
     );
-    let files_during = job_files(&cluster.root().path());
+    let files_during = job_and_temp_files(&cluster.root().path());
     assert_eq!(
         files_during,
         [format!("job-{before}")],
