@@ -189,6 +189,69 @@ fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
     result
 }
 
+/// New jobs and the serial on their way to disk ([`Queue::new_commit`]).
+pub struct NewJobsCommit {
+    dir: PathBuf,
+    /// Each final path with its content, the serial last.
+    files: Vec<(PathBuf, Vec<u8>)>,
+}
+
+impl NewJobsCommit {
+    /// Makes the files durable (see [`Queue::commit_new`]).
+    pub fn run(&self) -> io::Result<()> {
+        self.write_temps()?;
+        self.put_in_place()
+    }
+
+    /// Writes and syncs every file as a temp file beside its final path,
+    /// in parallel. Nothing anyone reads changes yet: a runner started
+    /// meanwhile finds no job file. On failure every temp file is removed
+    /// (one left on a full disk would keep the space that is missing).
+    fn write_temps(&self) -> io::Result<()> {
+        let written: Vec<io::Result<()>> = self
+            .files
+            .par_iter()
+            .map(|(path, bytes)| write_synced(&temp_path(path), bytes))
+            .collect();
+        match written.into_iter().find_map(Result::err) {
+            Some(error) => {
+                self.remove_temps();
+                Err(error)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Renames the synced temp files into place (job files first, so a
+    /// serial on disk never names a job without a file), then syncs the
+    /// directory. On failure the job files already renamed go again (best
+    /// effort; the serial may stay ahead, ids are never reused): refused
+    /// jobs must not come back at the next start.
+    fn put_in_place(&self) -> io::Result<()> {
+        let unrename = |renamed: &[(PathBuf, Vec<u8>)]| {
+            for (path, _) in renamed {
+                if path.file_name().is_some_and(|name| name != SERIAL_FILE) {
+                    let _ = fs::remove_file(path);
+                }
+            }
+        };
+        for (index, (path, _)) in self.files.iter().enumerate() {
+            if let Err(error) = fs::rename(temp_path(path), path) {
+                unrename(&self.files[..index]);
+                self.remove_temps();
+                return Err(error);
+            }
+        }
+        sync_dir(&self.dir).inspect_err(|_| unrename(&self.files))
+    }
+
+    fn remove_temps(&self) {
+        for (path, _) in &self.files {
+            let _ = fs::remove_file(temp_path(path));
+        }
+    }
+}
+
 /// What luxid found in the queue at start-up.
 pub struct Loaded {
     /// Unfinished jobs of the queue, by id.
@@ -293,45 +356,24 @@ impl Queue {
     /// first, so a serial on disk never names a job without a file), then
     /// the directory is synced once.
     pub fn commit_new(&self, jobs: &[Job]) -> io::Result<()> {
-        let serial_path = self.dir.join(SERIAL_FILE);
+        self.new_commit(jobs).run()
+    }
+
+    /// [`Queue::commit_new`] as a value that owns what it writes, to run
+    /// on another thread: luxid starts the new jobs' runners meanwhile.
+    pub fn new_commit(&self, jobs: &[Job]) -> NewJobsCommit {
         let mut files: Vec<(PathBuf, Vec<u8>)> = jobs
             .iter()
             .map(|job| (job_path(&self.dir, job.id), encode_job(job)))
             .collect();
-        files.push((serial_path, format!("{}\n", self.serial).into_bytes()));
-        let written: Vec<io::Result<()>> = files
-            .par_iter()
-            .map(|(path, bytes)| write_synced(&temp_path(path), bytes))
-            .collect();
-        let remove_temps = || {
-            for (path, _) in &files {
-                let _ = fs::remove_file(temp_path(path));
-            }
-        };
-        // A failed write (a full disk) must not leave the others' temp
-        // files taking the space that is missing.
-        if let Some(error) = written.into_iter().find_map(Result::err) {
-            remove_temps();
-            return Err(error);
+        files.push((
+            self.dir.join(SERIAL_FILE),
+            format!("{}\n", self.serial).into_bytes(),
+        ));
+        NewJobsCommit {
+            dir: self.dir.clone(),
+            files,
         }
-        // Refused jobs must not come back at the next start: the files
-        // already renamed go again (best effort; the serial may stay
-        // ahead, ids are never reused).
-        let unrename = |renamed: &[(PathBuf, Vec<u8>)]| {
-            for (path, _) in renamed {
-                if path.file_name().is_some_and(|name| name != SERIAL_FILE) {
-                    let _ = fs::remove_file(path);
-                }
-            }
-        };
-        for (index, (path, _)) in files.iter().enumerate() {
-            if let Err(error) = fs::rename(temp_path(path), path) {
-                unrename(&files[..index]);
-                remove_temps();
-                return Err(error);
-            }
-        }
-        sync_dir(&self.dir).inspect_err(|_| unrename(&files))
     }
 
     /// Rewrites the file of a job luxid owns (not started, or its runner

@@ -7,18 +7,21 @@
 //!
 //! A turn reads every ready connection and answers what it can; new jobs
 //! are then made durable together (one group commit per turn) before any
-//! reply of that turn is written, and only then are runners started.
+//! reply of that turn is written, and only then are runners started, but
+//! for those of new jobs that may start at once: they are started while
+//! the commit is synced and wait for luxid's word before they act
+//! (`Server::commit_new_jobs`).
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::fs;
 use std::hash::{BuildHasher, Hasher, RandomState};
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mio::net::{UnixListener, UnixStream};
@@ -41,6 +44,7 @@ use crate::protocol::{
     Args, FrameReader, WireError, encode_failure, encode_success, parse_request,
 };
 use crate::queue::{self, FinishedJob, Queue, parse_job_file_name};
+use crate::runner::{Start, WAIT_FOR_COMMIT_FLAG};
 use crate::settings::Settings;
 use crate::sys::{self, PeerCredentials};
 
@@ -702,29 +706,7 @@ impl Server {
         self.expire_watchers(Instant::now());
         let new_jobs = std::mem::take(&mut self.new_jobs);
         if !new_jobs.is_empty() {
-            let jobs: Vec<Job> = new_jobs.iter().map(|id| self.jobs[id].clone()).collect();
-            let started = Instant::now();
-            let committed = self.queue.commit_new(&jobs);
-            tracing::debug!(
-                jobs = jobs.len(),
-                elapsed_us = started.elapsed().as_micros() as u64,
-                "committed new jobs"
-            );
-            match committed {
-                Ok(()) => {
-                    for job in &jobs {
-                        self.queued.insert((job.priority(), job.id));
-                    }
-                }
-                Err(error) => {
-                    // Nothing of these jobs may be revealed.
-                    tracing::error!(%error, "cannot write new jobs; refusing them");
-                    for id in &new_jobs {
-                        self.jobs.remove(id);
-                    }
-                    self.fail_staged_submissions(&error);
-                }
-            }
+            self.commit_new_jobs(&new_jobs);
         }
         let mut tokens = std::mem::take(&mut self.turn_connections);
         tokens.sort_unstable();
@@ -737,6 +719,79 @@ impl Server {
             }
         }
         self.schedule();
+    }
+
+    /// Makes a turn's new jobs durable (one group commit). If some of them
+    /// may start at once, the commit runs on a helper thread and their
+    /// runners are started meanwhile, as long as it lasts, so that a
+    /// runner's process start overlaps the syncs; such a runner
+    /// waits for luxid's word (a byte on its stdin, given once the commit
+    /// returned) before it does anything. If the commit fails, the runners
+    /// get no word (they leave the job alone and exit), and nothing of the
+    /// jobs is revealed. The other runners start after the turn's replies.
+    fn commit_new_jobs(&mut self, ids: &[JobId]) {
+        let jobs: Vec<Job> = ids.iter().map(|id| self.jobs[id].clone()).collect();
+        let commit = self.queue.new_commit(&jobs);
+        for job in &jobs {
+            self.queued.insert((job.priority(), job.id));
+        }
+        let started = Instant::now();
+        // The new jobs among those the scheduler would start now (the
+        // others it starts at the end of the turn still fit).
+        let startable: Vec<(i64, JobId)> = self
+            .startable()
+            .into_iter()
+            .filter(|(_, id)| ids.contains(id))
+            .collect();
+        let (committed, words) = if startable.is_empty() {
+            (commit.run(), Vec::new())
+        } else {
+            std::thread::scope(|scope| {
+                let committing = scope.spawn(|| commit.run());
+                let mut words = Vec::new();
+                for entry in startable {
+                    // Replies wait for the commit (and at most the one
+                    // spawn under way when it returned), not for spawns.
+                    if committing.is_finished() {
+                        break;
+                    }
+                    self.queued.remove(&entry);
+                    if let Some(word) = self.start_runner(entry.1, Start::AfterCommit) {
+                        words.push((entry.1, word));
+                    }
+                }
+                let committed = committing
+                    .join()
+                    .expect("writing the new jobs' files does not panic");
+                (committed, words)
+            })
+        };
+        tracing::debug!(
+            jobs = jobs.len(),
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "committed new jobs"
+        );
+        match committed {
+            Ok(()) => {
+                for (id, mut word) in words {
+                    if let Err(error) = word.write_all(b"g") {
+                        // It died meanwhile: its pidfd tells.
+                        tracing::warn!(job = id, %error, "cannot tell the runner its job is durable");
+                    }
+                }
+            }
+            Err(error) => {
+                // Nothing of these jobs may be revealed or run: their
+                // runners read the end of their stdin and exit.
+                drop(words);
+                tracing::error!(%error, "cannot write new jobs; refusing them");
+                for job in &jobs {
+                    self.jobs.remove(&job.id);
+                    self.queued.remove(&(job.priority(), job.id));
+                }
+                self.fail_staged_submissions(&error);
+            }
+        }
     }
 
     /// A failed group commit: every connection that staged replies this
@@ -1284,11 +1339,19 @@ impl Server {
     /// Starts queued jobs whose dependencies are final, in (priority, id)
     /// order, up to `max_running_jobs`.
     fn schedule(&mut self) {
-        let max = self.settings.luxid.max_running_jobs;
-        if self.runners.len() >= max || self.queued.is_empty() {
-            return;
+        for entry in self.startable() {
+            self.queued.remove(&entry);
+            self.start_runner(entry.1, Start::Now);
         }
+    }
+
+    /// The queued jobs [`Server::schedule`] would start now, in order.
+    fn startable(&self) -> Vec<(i64, JobId)> {
+        let max = self.settings.luxid.max_running_jobs;
         let mut starting = Vec::new();
+        if self.runners.len() >= max {
+            return starting;
+        }
         for &(priority, id) in &self.queued {
             if self.runners.len() + starting.len() >= max {
                 break;
@@ -1297,10 +1360,7 @@ impl Server {
                 starting.push((priority, id));
             }
         }
-        for entry in starting {
-            self.queued.remove(&entry);
-            self.start_runner(entry.1);
-        }
+        starting
     }
 
     /// Whether every job the job depends on is final (archived and unknown
@@ -1317,13 +1377,17 @@ impl Server {
             .all(|dep| dep == id || !self.jobs.contains_key(&dep))
     }
 
-    fn start_runner(&mut self, id: JobId) {
+    /// Starts the runner of job `id`; one that must wait for its job's
+    /// commit answers the stdin to write luxid's word to.
+    fn start_runner(&mut self, id: JobId, start: Start) -> Option<ChildStdin> {
         let mut command = Command::new(&self.runner_path);
+        command.arg("--root").arg(&self.root);
+        match start {
+            Start::Now => command.stdin(Stdio::null()),
+            Start::AfterCommit => command.arg(WAIT_FOR_COMMIT_FLAG).stdin(Stdio::piped()),
+        };
         command
-            .arg("--root")
-            .arg(&self.root)
             .arg(id.to_string())
-            .stdin(Stdio::null())
             .stdout(Stdio::null())
             // Its own process group: cancel-with-kill reaches every
             // process of the job, and none of luxid's.
@@ -1335,8 +1399,15 @@ impl Server {
         if let Ok(old) = &mask {
             let _ = sys::restore_signal_mask(old);
         }
-        let child = match spawned {
+        let mut child = match spawned {
             Ok(child) => child,
+            Err(error) if start == Start::AfterCommit => {
+                // The job file is not in place yet: tried again (and the
+                // job ended if it fails again) once the commit is done.
+                tracing::warn!(job = id, %error, "cannot start the job runner; trying again");
+                self.queued.insert((self.jobs[&id].priority(), id));
+                return None;
+            }
             Err(error) => {
                 tracing::error!(job = id, %error, "cannot start the job runner");
                 let mut job = self.jobs[&id].clone();
@@ -1348,9 +1419,10 @@ impl Server {
                     ]),
                 );
                 let _ = self.store_job(job);
-                return;
+                return None;
             }
         };
+        let word = child.stdin.take();
         let pid = child.id();
         let token = self.new_token();
         let pidfd = match sys::pidfd_open(pid) {
@@ -1384,6 +1456,7 @@ impl Server {
                 livelock,
             },
         );
+        word
     }
 
     /// A runner's pidfd became readable: the process ended.

@@ -5,6 +5,10 @@
 //! while it lives.
 //!
 //! Life of a runner:
+//! 0. A runner luxid started while it was still making the job's
+//!    submission durable ([`Start::AfterCommit`]) first waits for luxid's
+//!    word, one byte on its stdin; without it (the commit failed, or luxid
+//!    died first) it leaves the job alone and exits.
 //! 1. SIGTERM is caught (a cancel request), then the livelock
 //!    `<root>/livelocks/job_<id:06>_<secs>` is created and locked, before
 //!    anything else (liveness.md); its descriptor is handed on to the
@@ -176,10 +180,31 @@ pub fn exit_cause(code: i32) -> Option<&'static str> {
     }
 }
 
+/// The runner's option that makes it wait for luxid's word before it acts
+/// ([`Start::AfterCommit`]).
+pub const WAIT_FOR_COMMIT_FLAG: &str = "--wait-for-commit";
+
+/// When a runner may act on its job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// The job is durable: at once.
+    Now,
+    /// luxid is still making the job's submission durable: once a byte
+    /// arrives on stdin. The end of stdin without one means the job must
+    /// be left alone.
+    AfterCommit,
+}
+
 /// Runs job `id` of `root` to its end (see the module documentation).
-pub fn run(root: &Path, id: JobId) -> Result<(), RunnerError> {
+pub fn run(root: &Path, id: JobId, start: Start) -> Result<(), RunnerError> {
     if id == 0 {
         return Err(RunnerError::NoSuchId);
+    }
+    // Before anything else, even the livelock: nothing of a job is
+    // touched before it is durable.
+    if start == Start::AfterCommit && !committed() {
+        tracing::info!(job = id, "luxid did not confirm the job; leaving it alone");
+        return Ok(());
     }
     // Caught first: a cancel request must never kill the runner.
     // SIGUSR1: luxid left a new priority for the job (see
@@ -229,6 +254,20 @@ pub fn run(root: &Path, id: JobId) -> Result<(), RunnerError> {
         tracing::warn!(job = id, %error, "cannot remove the livelock");
     }
     result
+}
+
+/// Waits for luxid's word that the job is durable: a byte on stdin. The
+/// end of stdin (or an error reading it) means no.
+fn committed() -> bool {
+    use std::io::Read;
+    let mut byte = [0u8; 1];
+    loop {
+        match io::stdin().lock().read(&mut byte) {
+            Ok(read) => return read == 1,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return false,
+        }
+    }
 }
 
 /// The seconds in a job's livelock name: those of its submission (0 for a

@@ -721,3 +721,47 @@ fn two_runners_of_one_job_run_it_once() {
     assert_eq!(ran.lines().count(), 1, "the job ran more than once");
     assert_clean(&wconfd);
 }
+
+#[test]
+fn a_runner_started_before_the_commit_waits_for_luxids_word() {
+    let wconfd = cluster();
+    let root = wconfd.root().path();
+    write_job(&root, 1, &[exec(&["/bin/true"])]);
+    let spawn = || {
+        Command::new(env!("CARGO_BIN_EXE_job-runner"))
+            .arg("--root")
+            .arg(&root)
+            .arg(warden::runner::WAIT_FOR_COMMIT_FLAG)
+            .arg("1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn job-runner")
+    };
+    // Its stdin ends without a byte: luxid's commit failed, or luxid died.
+    let mut child = spawn();
+    drop(child.stdin.take());
+    assert!(wait_for_exit(&mut child, DEADLINE).success());
+    let job = read_job(&root, 1);
+    assert_eq!(job.status(), Status::Queued);
+    assert_eq!(job.process_id, None, "the runner touched the job");
+    assert_eq!(job.start_timestamp, None, "the runner touched the job");
+    let livelocks = fs::read_dir(root.join("livelocks"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with("job_"))
+        .count();
+    assert_eq!(livelocks, 0, "the runner made a livelock");
+    // A byte: the job is durable, the runner goes on.
+    let mut child = spawn();
+    child
+        .stdin
+        .take()
+        .expect("a pipe")
+        .write_all(b"g")
+        .expect("tell the runner");
+    assert!(wait_for_exit(&mut child, DEADLINE).success());
+    assert_eq!(read_job(&root, 1).status(), Status::Success);
+    assert_clean(&wconfd);
+}

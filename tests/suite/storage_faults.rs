@@ -675,6 +675,11 @@ fn luxid_with_a_faulty_queue(fault: Fault) {
         &args[0].to_string(),
         &["cannot write the job queue", fault.text()],
     );
+    // The refused job could start at once: its runner was started while
+    // the commit was tried, got no word, and left the job alone.
+    wait_until("the refused job's runner leaves it alone", DEADLINE, || {
+        luxid.log().contains("luxid did not confirm the job")
+    });
     assert!(
         !sandbox
             .names("queue")
