@@ -153,9 +153,12 @@ pub const EXEC_TIMEOUT_SECS_MAX: f64 = 365.0 * 24.0 * 3600.0;
 pub const OUTPUT_LINE_BYTES_MAX: usize = 64 * 1024;
 
 /// How long a starting luxid waits for the queue lock before it says
-/// another luxid runs: a luxid killed while spawning a runner leaves the
-/// child a copy of the lock's descriptor until the child's exec closes it.
-pub const QUEUE_LOCK_WAIT: Duration = Duration::from_secs(1);
+/// another luxid runs. A killed luxid lets go of the lock only once its
+/// process is gone: a runner it was spawning keeps a copy of the lock's
+/// descriptor until the child's exec closes it, and a thread of it in a
+/// sync keeps the process until the sync returns, which on a busy disk
+/// has taken over a second (seen under the crash harness).
+pub const QUEUE_LOCK_WAIT: Duration = Duration::from_secs(5);
 /// Pause between two attempts at the queue lock.
 pub const QUEUE_LOCK_RETRY_PAUSE: Duration = Duration::from_millis(5);
 
