@@ -71,7 +71,7 @@ pub const CONNECTION_BUFFER_RETAINED_BYTES_MAX: usize = 64 * 1024;
 /// An answer at least this large makes the daemon give its free memory
 /// back to the system once it is written (`sys::release_free_memory`): big
 /// answers are rare and built from many small allocations, and the walk
-/// of the free lists (about a millisecond) is small beside building them.
+/// of the free lists is small beside building them.
 pub const RELEASE_MEMORY_AFTER_ANSWER_BYTES: usize = 1024 * 1024;
 
 /// Replies (in bytes) a connection of either daemon may have waiting to be

@@ -252,7 +252,8 @@ pub fn open_direct_dsync(path: &std::path::Path) -> io::Result<File> {
 /// small allocations; freed, glibc keeps their pages, and the daemon's
 /// resident memory stayed 77 MiB higher for good (design/RELIABILITY.md).
 /// Called after such an answer is written; it costs a walk of the free
-/// lists, about a millisecond. musl returns free memory by itself.
+/// lists, small beside building a megabyte of answer. musl's allocator
+/// gives back large free areas by itself.
 pub fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only reads and updates the allocator's own state,
