@@ -1057,13 +1057,17 @@ impl Server {
         };
         let mut seen = None;
         let reply = change_reply(&job, &fields, log_serial, true, |values| {
-            seen = Some(digest(&self.watched_values_hasher, values));
-            values == &previous
+            // Digested only when the wait may be held.
+            let same = values == &previous;
+            if same {
+                seen = Some(digest(&self.watched_values_hasher, values));
+            }
+            same
         });
         if let Some(reply) = reply {
             return Ok(Some(reply));
         }
-        let seen_digest = seen.expect("change_reply compares the values");
+        let seen_digest = seen.expect("no reply: the values were the same, so digested");
         let watcher_id = self.next_watcher;
         self.next_watcher += 1;
         let deadline = Instant::now() + Duration::from_secs_f64(timeout);
