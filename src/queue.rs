@@ -1,5 +1,6 @@
 //! The job queue on disk (jobs.md "Queue on disk"): `<root>/queue` with
-//! Ganeti's layout. `serial` (last id handed out), `version`, `lock` (held
+//! Ganeti's layout. `serial` (last id handed out, written at luxid's
+//! clean stop: see [`Queue::save_serial`]), `version`, `lock` (held
 //! by the running luxid), `drain` (present = drained), `job-<id>` per live
 //! job, `archive/<id div 10000>/job-<id>` per archived job.
 //!
@@ -189,10 +190,10 @@ fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
     result
 }
 
-/// New jobs and the serial on their way to disk ([`Queue::new_commit`]).
+/// New jobs on their way to disk ([`Queue::new_commit`]).
 pub struct NewJobsCommit {
     dir: PathBuf,
-    /// Each final path with its content, the serial last.
+    /// Each job file's final path with its content.
     files: Vec<(PathBuf, Vec<u8>)>,
 }
 
@@ -222,17 +223,13 @@ impl NewJobsCommit {
         }
     }
 
-    /// Renames the synced temp files into place (job files first, so a
-    /// serial on disk never names a job without a file), then syncs the
+    /// Renames the synced temp files into place, then syncs the
     /// directory. On failure the job files already renamed go again (best
-    /// effort; the serial may stay ahead, ids are never reused): refused
-    /// jobs must not come back at the next start.
+    /// effort): refused jobs must not come back at the next start.
     fn put_in_place(&self) -> io::Result<()> {
         let unrename = |renamed: &[(PathBuf, Vec<u8>)]| {
             for (path, _) in renamed {
-                if path.file_name().is_some_and(|name| name != SERIAL_FILE) {
-                    let _ = fs::remove_file(path);
-                }
+                let _ = fs::remove_file(path);
             }
         };
         for (index, (path, _)) in self.files.iter().enumerate() {
@@ -327,10 +324,11 @@ impl Queue {
             dir,
             _lock: lock,
         };
-        // A job file written before a crash cut the serial's write short
-        // still counts, and so do a damaged job file (a new job must not
-        // replace it) and the archive (a lost or truncated serial must not
-        // hand out an archived job's id again): ids never go backwards.
+        // The serial file is only as new as luxid's last clean stop: the
+        // job files say which ids were handed out since. A damaged job
+        // file counts too (a new job must not replace it), and so does the
+        // archive (a lost or truncated serial must not hand out an
+        // archived job's id again): ids never go backwards.
         let archived = queue.archived_ids().last().copied().unwrap_or(0);
         queue.serial = serial.max(highest).max(archived);
         Ok((queue, loaded))
@@ -350,11 +348,27 @@ impl Queue {
         self.serial
     }
 
-    /// Makes new jobs and the serial durable together: every job file and
-    /// the serial are written to temp files and synced in parallel (the
-    /// syncs overlap in the device), then renamed into place (job files
-    /// first, so a serial on disk never names a job without a file), then
-    /// the directory is synced once.
+    /// Writes the last id handed out to `serial`, durably (at luxid's
+    /// clean stop). It keeps ids from going back when job files are later
+    /// removed by hand; while luxid runs, the job files themselves do
+    /// (D41). Nothing is written before the first id.
+    pub fn save_serial(&self) -> io::Result<()> {
+        if self.serial == 0 {
+            return Ok(());
+        }
+        atomic_write(
+            &self.dir.join(SERIAL_FILE),
+            format!("{}\n", self.serial).as_bytes(),
+        )
+    }
+
+    /// Makes new jobs durable together: every job file is written to a
+    /// temp file and synced in parallel (the syncs overlap in the device),
+    /// then renamed into place, then the directory is synced once. The
+    /// serial file is not written: a durable job file keeps its id from
+    /// being handed out again (see [`Queue::open`]), and each write of the
+    /// serial would be one more file created and synced on every
+    /// submission's way (D41).
     pub fn commit_new(&self, jobs: &[Job]) -> io::Result<()> {
         self.new_commit(jobs).run()
     }
@@ -362,14 +376,10 @@ impl Queue {
     /// [`Queue::commit_new`] as a value that owns what it writes, to run
     /// on another thread: luxid starts the new jobs' runners meanwhile.
     pub fn new_commit(&self, jobs: &[Job]) -> NewJobsCommit {
-        let mut files: Vec<(PathBuf, Vec<u8>)> = jobs
+        let files = jobs
             .iter()
             .map(|job| (job_path(&self.dir, job.id), encode_job(job)))
             .collect();
-        files.push((
-            self.dir.join(SERIAL_FILE),
-            format!("{}\n", self.serial).into_bytes(),
-        ));
         NewJobsCommit {
             dir: self.dir.clone(),
             files,
@@ -565,17 +575,36 @@ mod tests {
     }
 
     #[test]
-    fn new_jobs_and_serial_survive_a_reopen() {
+    fn new_jobs_and_their_ids_survive_a_reopen() {
         let root = tempfile::tempdir().unwrap();
         let (mut queue, loaded) = Queue::open(root.path()).unwrap();
         assert!(loaded.jobs.is_empty());
         let jobs: Vec<Job> = (0..3).map(|_| job(queue.next_id())).collect();
         queue.commit_new(&jobs).unwrap();
+        assert!(!queue.dir().join(SERIAL_FILE).exists());
+        // As if luxid was killed: no serial file, the job files tell.
         drop(queue);
         let (queue, loaded) = Queue::open(root.path()).unwrap();
         assert_eq!(queue.serial(), 3);
         assert_eq!(loaded.jobs, jobs);
         assert!(loaded.finished.is_empty());
+    }
+
+    #[test]
+    fn a_saved_serial_outlives_removed_job_files() {
+        let root = tempfile::tempdir().unwrap();
+        let (mut queue, _) = Queue::open(root.path()).unwrap();
+        queue.save_serial().unwrap();
+        assert!(!queue.dir().join(SERIAL_FILE).exists(), "no id yet");
+        let jobs = [job(queue.next_id()), job(queue.next_id())];
+        queue.commit_new(&jobs).unwrap();
+        queue.save_serial().unwrap();
+        drop(queue);
+        for id in [1, 2] {
+            fs::remove_file(job_path(&root.path().join(QUEUE_DIR), id)).unwrap();
+        }
+        let (mut queue, _) = Queue::open(root.path()).unwrap();
+        assert_eq!(queue.next_id(), 3);
     }
 
     #[test]
@@ -592,8 +621,8 @@ mod tests {
     fn serial_never_goes_behind_a_job_file() {
         let root = tempfile::tempdir().unwrap();
         let (queue, _) = Queue::open(root.path()).unwrap();
-        // As if a crash came after the job file's rename but before the
-        // serial's.
+        // A serial saved at a clean stop, then a job written.
+        atomic_write(&queue.dir().join(SERIAL_FILE), b"4\n").unwrap();
         queue.write_job(&job(9)).unwrap();
         drop(queue);
         let (mut queue, loaded) = Queue::open(root.path()).unwrap();
@@ -608,7 +637,6 @@ mod tests {
         queue.commit_new(&[job(1), job(2)]).unwrap();
         queue.archive(2).unwrap();
         fs::write(queue.dir().join("job-7"), b"{garbage").unwrap();
-        fs::remove_file(queue.dir().join(SERIAL_FILE)).unwrap();
         drop(queue);
         let (mut queue, loaded) = Queue::open(root.path()).unwrap();
         assert_eq!(loaded.skipped.len(), 1);
@@ -624,12 +652,12 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let (mut queue, _) = Queue::open(root.path()).unwrap();
         let jobs = [job(queue.next_id()), job(queue.next_id())];
-        // The serial's temp file cannot be created: a directory is in
+        // The second job's temp file cannot be created: a directory is in
         // its place.
-        let serial_temp = temp_path(&queue.dir().join(SERIAL_FILE));
-        fs::create_dir(&serial_temp).unwrap();
+        let blocked = temp_path(&job_path(queue.dir(), 2));
+        fs::create_dir(&blocked).unwrap();
         queue.commit_new(&jobs).unwrap_err();
-        fs::remove_dir(&serial_temp).unwrap();
+        fs::remove_dir(&blocked).unwrap();
         let mut names: Vec<String> = fs::read_dir(queue.dir())
             .unwrap()
             .map(|entry| entry.unwrap().file_name().into_string().unwrap())

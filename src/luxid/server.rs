@@ -459,6 +459,10 @@ impl Server {
         if let Some(path) = &self.socket_path {
             let _ = fs::remove_file(path);
         }
+        if let Err(error) = self.queue.save_serial() {
+            // Only ids of job files removed by hand could come back.
+            tracing::warn!(%error, "cannot save the queue's serial");
+        }
         tracing::info!("luxid stopped");
         Ok(())
     }

@@ -21,7 +21,8 @@ use serde_json::{Value, json};
 use crate::daemon::{DEADLINE, OwnerProcess, Wconfd, file_names, wait_for_exit, wait_until};
 use crate::luxid::{Cluster, Luxid};
 
-/// `strace` attached to every thread of a process, failing `syscalls`
+/// `strace` attached to every thread of a process (and to those it starts
+/// meanwhile), failing `syscalls`
 /// with `EIO` until lifted (or until the process exits).
 struct SyncFault {
     strace: Option<Child>,
@@ -39,13 +40,14 @@ impl SyncFault {
             })
             .collect();
         let mut command = Command::new("strace");
+        // `-f -p PID` attaches to every thread, and to the threads started
+        // while the fault lasts (luxid commits on a thread of its own).
         command
-            .args(["-qq", "-o", "/dev/null"])
+            .args(["-f", "-qq", "-o", "/dev/null"])
             .arg(format!("--trace={syscalls}"))
-            .arg(format!("--inject={syscalls}:error=EIO"));
-        for task in &tasks {
-            command.arg("-p").arg(task);
-        }
+            .arg(format!("--inject={syscalls}:error=EIO"))
+            .arg("-p")
+            .arg(pid.to_string());
         let strace = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
