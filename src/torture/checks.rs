@@ -16,10 +16,12 @@
 //! (by a runner the chaos killed, a failed dependency, a preceding
 //! opcode), dependants started only after their dependencies ended, no two
 //! conflicting lock intervals overlap (lock clients' and jobs' opcodes'),
-//! the lock table empty, and no stale livelock file left but those the
-//! stale-age rule allows (D12).
+//! every job `ArchiveJob` archived in the archive and not in the queue, no
+//! priority request left, the lock table empty, and no stale livelock
+//! file left but those the stale-age rule allows (D12).
 
 use std::collections::BTreeMap;
+use std::fs;
 use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
@@ -30,6 +32,7 @@ use crate::client::{Client, Daemon};
 use crate::limits::LIVELOCK_STALE_AGE_MIN;
 use crate::liveness;
 use crate::locks::Mode;
+use crate::queue;
 
 use super::Shared;
 use super::history::{self, Interval};
@@ -466,6 +469,7 @@ pub fn final_checks(shared: &Shared, daemons: &mut Daemons, settle: Duration) {
         std::thread::sleep(Duration::from_millis(20));
     }
     check_outcomes(shared, &rows);
+    check_queue_files(shared);
     check_intervals(shared, &rows);
     let swept = SystemTime::now();
     check_lock_table_empty(shared);
@@ -546,6 +550,39 @@ fn check_outcomes(shared: &Shared, rows: &BTreeMap<u64, Value>) {
                 Value::Array(results.clone())
             )),
         }
+    }
+}
+
+/// Every job `ArchiveJob` archived has its file in the archive, not in
+/// the queue; no priority request is left for a job (all are final).
+fn check_queue_files(shared: &Shared) {
+    let queue_dir = shared.root.join(queue::QUEUE_DIR);
+    let archived: Vec<u64> = shared
+        .jobs()
+        .iter()
+        .filter(|(_, job)| job.archived)
+        .map(|(id, _)| *id)
+        .collect();
+    for id in archived {
+        if queue::job_path(&queue_dir, id).exists()
+            || !queue::archived_job_path(&queue_dir, id).exists()
+        {
+            return shared.violation(format!(
+                "job {id} was archived, yet its file is not (only) in the archive"
+            ));
+        }
+    }
+    let left: Vec<String> = fs::read_dir(&queue_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".priority"))
+        .collect();
+    if !left.is_empty() {
+        shared.violation(format!(
+            "priority requests left behind with every job final: {left:?}"
+        ));
     }
 }
 

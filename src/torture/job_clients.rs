@@ -1,6 +1,8 @@
-//! Job clients: threads that submit jobs to luxid over LUXI, record the
-//! ids luxid acknowledged, look some of them up again and cancel some of
-//! them (some with `kill`), queued, waiting or running. Jobs are short:
+//! Job clients: threads that submit jobs to luxid over LUXI (one at a
+//! time, or several in one `SubmitManyJobs` with relative dependencies),
+//! record the ids luxid acknowledged, look some of them up again, cancel
+//! some of them (some with `kill`), queued, waiting or running, change the
+//! priority of some and archive some finished ones. Jobs are short:
 //! `OP_EXEC` of `true` or `sleep 0.0x`, `OP_TEST_DELAY`s, some taking the
 //! same `node/<n>` locks as the lock clients, some depending on earlier
 //! jobs, some of two opcodes.
@@ -35,42 +37,18 @@ pub fn run(shared: &Shared, index: usize) {
                 }
             },
         };
-        let (ops, depends) = job(&mut rng, shared);
         let look_up = rng.percent(15);
-        let high_before = shared.serials().high();
-        match client.call("SubmitJob", json!([ops])) {
-            Ok(Value::Number(id)) if id.as_u64().is_some() => {
-                let id = id.as_u64().expect("just checked");
-                let outcome = shared.serials().acknowledge(id, high_before);
-                if let Err(message) = outcome {
-                    shared.violation(message);
-                }
-                shared.jobs().insert(
-                    id,
-                    SubmittedJob {
-                        depends,
-                        cancel_asked: false,
-                        kill_asked: false,
-                        dequeued: false,
-                    },
-                );
-                shared
-                    .figures
-                    .jobs_submitted
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(other) => shared.violation(format!("SubmitJob answered {other}")),
-            Err(ClientError::Failed { class, args, .. }) => shared.violation(format!(
-                "luxid refused a valid job: {class} {}",
-                Value::Array(args)
-            )),
-            Err(_) => {
-                // The answer is lost: the job may or may not exist; only
-                // acknowledged jobs are checked.
-                shared.figures.submits_lost.fetch_add(1, Ordering::Relaxed);
-                connection = None;
-                continue;
-            }
+        let submitted = if rng.percent(MANY_PERCENT) {
+            submit_many(&mut rng, shared, client)
+        } else {
+            submit_one(&mut rng, shared, client)
+        };
+        if !submitted {
+            // The answer is lost: the jobs may or may not exist; only
+            // acknowledged jobs are checked.
+            shared.figures.submits_lost.fetch_add(1, Ordering::Relaxed);
+            connection = None;
+            continue;
         }
         let mut lost = false;
         if look_up {
@@ -94,6 +72,12 @@ pub fn run(shared: &Shared, index: usize) {
         if !lost && rng.percent(CANCEL_PERCENT) {
             lost = !cancel(&mut rng, shared, client);
         }
+        if !lost && rng.percent(PRIORITY_PERCENT) {
+            lost = !change_priority(&mut rng, shared, client);
+        }
+        if !lost && rng.percent(ARCHIVE_PERCENT) {
+            lost = !archive(&mut rng, shared, client);
+        }
         if lost {
             connection = None;
         }
@@ -103,6 +87,246 @@ pub fn run(shared: &Shared, index: usize) {
 
 /// Submissions followed by a `CancelJob` of a recent job.
 const CANCEL_PERCENT: u64 = 6;
+/// Submissions made with `SubmitManyJobs`.
+const MANY_PERCENT: u64 = 10;
+/// Submissions followed by a `ChangeJobPriority` of a recent job.
+const PRIORITY_PERCENT: u64 = 5;
+/// Submissions followed by an `ArchiveJob` (one in ten an
+/// `AutoArchiveJobs`).
+const ARCHIVE_PERCENT: u64 = 5;
+
+/// Records an id luxid acknowledged (`high_before`: the highest id
+/// acknowledged when the submission was sent).
+fn acknowledged(shared: &Shared, id: u64, high_before: u64, depends: Vec<u64>) {
+    if let Err(message) = shared.serials().acknowledge(id, high_before) {
+        shared.violation(message);
+    }
+    shared.jobs().insert(
+        id,
+        SubmittedJob {
+            depends,
+            ..SubmittedJob::default()
+        },
+    );
+    shared
+        .figures
+        .jobs_submitted
+        .fetch_add(1, Ordering::Relaxed);
+}
+
+/// One `SubmitJob`; false if the answer is lost.
+fn submit_one(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
+    let (ops, depends) = job(rng, shared);
+    let high_before = shared.serials().high();
+    match client.call("SubmitJob", json!([ops])) {
+        Ok(Value::Number(id)) if id.as_u64().is_some() => {
+            acknowledged(
+                shared,
+                id.as_u64().expect("just checked"),
+                high_before,
+                depends,
+            );
+        }
+        Ok(other) => shared.violation(format!("SubmitJob answered {other}")),
+        Err(ClientError::Failed { class, args, .. }) => shared.violation(format!(
+            "luxid refused a valid job: {class} {}",
+            Value::Array(args)
+        )),
+        Err(_) => return false,
+    }
+    true
+}
+
+/// One `SubmitManyJobs` of two or three jobs, each after the first
+/// depending on the one before it by a relative id (`-1`); false if the
+/// answer is lost. Every job is valid, so each must be accepted, with
+/// consecutive ids.
+fn submit_many(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
+    let count = rng.between(2, 3) as usize;
+    let mut batch = Vec::new();
+    let mut depends = Vec::new();
+    for index in 0..count {
+        let (mut ops, absolute) = job(rng, shared);
+        if index > 0 {
+            let accepted = if rng.percent(50) {
+                json!([])
+            } else {
+                json!(["success"])
+            };
+            let relative = json!([-1, accepted]);
+            match ops[0]["depends"].as_array_mut() {
+                Some(depends) => depends.push(relative),
+                None => ops[0]["depends"] = json!([relative]),
+            }
+        }
+        depends.push(absolute);
+        batch.push(ops);
+    }
+    let high_before = shared.serials().high();
+    let answer = match client.call("SubmitManyJobs", json!([batch])) {
+        Ok(answer) => answer,
+        Err(ClientError::Failed { class, args, .. }) => {
+            shared.violation(format!(
+                "luxid refused valid jobs: {class} {}",
+                Value::Array(args)
+            ));
+            return true;
+        }
+        Err(_) => return false,
+    };
+    let ids: Option<Vec<u64>> = answer.as_array().and_then(|entries| {
+        entries
+            .iter()
+            .map(|entry| {
+                (entry[0] == json!(true))
+                    .then(|| entry[1].as_u64())
+                    .flatten()
+            })
+            .collect()
+    });
+    let Some(ids) = ids.filter(|ids| ids.len() == count) else {
+        shared.violation(format!(
+            "SubmitManyJobs of {count} valid jobs answered {answer}"
+        ));
+        return true;
+    };
+    if ids.windows(2).any(|pair| pair[1] != pair[0] + 1) {
+        shared.violation(format!(
+            "SubmitManyJobs gave ids that do not follow each other: {ids:?}"
+        ));
+    }
+    shared
+        .figures
+        .many_submissions
+        .fetch_add(1, Ordering::Relaxed);
+    for (index, (id, mut depends)) in ids.iter().zip(depends).enumerate() {
+        // The relative dependency, as the ordering check needs it.
+        if index > 0 {
+            depends.insert(0, ids[index - 1]);
+        }
+        acknowledged(shared, *id, high_before, depends);
+    }
+    true
+}
+
+/// A `ChangeJobPriority` of one of the last jobs to -10, 0 or 10; false
+/// if the connection is lost. "Not found" is right only for a job that
+/// was archived (which is final).
+fn change_priority(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
+    let known: Vec<u64> = shared.jobs().keys().rev().take(30).copied().collect();
+    if known.is_empty() {
+        return true;
+    }
+    let id = *rng.pick(&known);
+    let priority = *rng.pick(&[-10, 0, 10]);
+    shared
+        .figures
+        .priority_changes
+        .fetch_add(1, Ordering::Relaxed);
+    match client.call("ChangeJobPriority", json!([id, priority])) {
+        Ok(answer) if answer[0].is_boolean() && answer[1].is_string() => {
+            let not_found = answer[0] == json!(false)
+                && answer[1]
+                    .as_str()
+                    .is_some_and(|text| text.ends_with("not found"));
+            if not_found {
+                return expect_final(shared, client, id, "ChangeJobPriority answered not found");
+            }
+            true
+        }
+        Ok(other) => {
+            shared.violation(format!("ChangeJobPriority of job {id} answered {other}"));
+            true
+        }
+        Err(ClientError::Failed { class, args, .. }) => {
+            shared.violation(format!(
+                "luxid refused ChangeJobPriority of acknowledged job {id}: {class} {}",
+                Value::Array(args)
+            ));
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// An `ArchiveJob` of one of the last jobs (or, one time in ten, an
+/// `AutoArchiveJobs` of the jobs that ended over a second ago); false if
+/// the connection is lost. A job archived must be final, and its file
+/// must be in the archive from then on, across every restart.
+fn archive(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
+    if rng.percent(10) {
+        return match client.call("AutoArchiveJobs", json!([1, 1])) {
+            Ok(answer) if answer[0].is_u64() && answer[1].is_u64() => {
+                let count = answer[0].as_u64().expect("just checked");
+                shared
+                    .figures
+                    .auto_archived
+                    .fetch_add(count, Ordering::Relaxed);
+                true
+            }
+            Ok(other) => {
+                shared.violation(format!("AutoArchiveJobs answered {other}"));
+                true
+            }
+            Err(ClientError::Failed { class, args, .. }) => {
+                shared.violation(format!(
+                    "luxid refused AutoArchiveJobs: {class} {}",
+                    Value::Array(args)
+                ));
+                true
+            }
+            Err(_) => false,
+        };
+    }
+    let known: Vec<u64> = shared.jobs().keys().rev().take(100).copied().collect();
+    if known.is_empty() {
+        return true;
+    }
+    let id = *rng.pick(&known);
+    match client.call("ArchiveJob", json!([id])) {
+        Ok(Value::Bool(true)) => {
+            if let Some(job) = shared.jobs().get_mut(&id) {
+                job.archived = true;
+            }
+            shared.figures.archived.fetch_add(1, Ordering::Relaxed);
+            expect_final(shared, client, id, "ArchiveJob archived it")
+        }
+        Ok(Value::Bool(false)) => true,
+        Ok(other) => {
+            shared.violation(format!("ArchiveJob of job {id} answered {other}"));
+            true
+        }
+        Err(ClientError::Failed { class, args, .. }) => {
+            shared.violation(format!(
+                "luxid refused ArchiveJob of acknowledged job {id}: {class} {}",
+                Value::Array(args)
+            ));
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// Job `id` must be final now (`why`: what made it so); false if the
+/// connection is lost.
+fn expect_final(shared: &Shared, client: &mut Client, id: u64, why: &str) -> bool {
+    match client.call("QueryJobs", json!([[id], ["status"]])) {
+        Ok(rows) => {
+            if !matches!(rows[0][0].as_str(), Some("success" | "error" | "canceled")) {
+                shared.violation(format!("{why}, yet job {id} is not final: {rows}"));
+            }
+            true
+        }
+        Err(ClientError::Failed { class, args, .. }) => {
+            shared.violation(format!(
+                "luxid refused QueryJobs: {class} {}",
+                Value::Array(args)
+            ));
+            true
+        }
+        Err(_) => false,
+    }
+}
 
 /// Cancels one of the last jobs, mostly one that is waiting for its
 /// locks or running (a third of the time with `kill`), recording what was

@@ -73,6 +73,10 @@ pub struct Figures {
     pub cancels: AtomicU64,
     pub cancels_killing: AtomicU64,
     pub dequeued: AtomicU64,
+    pub many_submissions: AtomicU64,
+    pub priority_changes: AtomicU64,
+    pub archived: AtomicU64,
+    pub auto_archived: AtomicU64,
     pub jobs_checked: AtomicU64,
     pub owners: AtomicU64,
     pub grants: AtomicU64,
@@ -119,6 +123,14 @@ impl Figures {
                 get(&self.dequeued)
             ),
             format!(
+                "queue ops : {} SubmitManyJobs, {} priority changes, {} jobs archived \
+                 by ArchiveJob and {} by AutoArchiveJobs",
+                get(&self.many_submissions),
+                get(&self.priority_changes),
+                get(&self.archived),
+                get(&self.auto_archived)
+            ),
+            format!(
                 "locks     : {} owners, {} grants, {} blocked, {} releases, \
                  {} answers lost ({} of them applied, {} resyncs)",
                 get(&self.owners),
@@ -143,7 +155,7 @@ impl Figures {
 }
 
 /// A job luxid acknowledged.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct SubmittedJob {
     pub depends: Vec<u64>,
     /// A `CancelJob` was sent for it (whatever the answer).
@@ -152,6 +164,8 @@ pub struct SubmittedJob {
     pub kill_asked: bool,
     /// luxid answered that it dequeued the job: it must end `canceled`.
     pub dequeued: bool,
+    /// `ArchiveJob` answered true: its file must be in the archive.
+    pub archived: bool,
 }
 
 /// What the threads of a run share.
