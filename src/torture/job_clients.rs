@@ -118,23 +118,21 @@ fn acknowledged(shared: &Shared, id: u64, high_before: u64, depends: Vec<u64>) {
 fn submit_one(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
     let (ops, depends) = job(rng, shared);
     let high_before = shared.serials().high();
-    match client.call("SubmitJob", json!([ops])) {
-        Ok(Value::Number(id)) if id.as_u64().is_some() => {
+    let args = json!([ops]);
+    let what = "SubmitJob of a valid job";
+    match checked_call(shared, client, "SubmitJob", args, what, Value::is_u64) {
+        Answer::Valid(id) => {
             acknowledged(
                 shared,
-                id.as_u64().expect("just checked"),
+                id.as_u64().expect("checked valid"),
                 high_before,
                 depends,
             );
+            true
         }
-        Ok(other) => shared.violation(format!("SubmitJob answered {other}")),
-        Err(ClientError::Failed { class, args, .. }) => shared.violation(format!(
-            "luxid refused a valid job: {class} {}",
-            Value::Array(args)
-        )),
-        Err(_) => return false,
+        Answer::Violation => true,
+        Answer::Lost => false,
     }
-    true
 }
 
 /// One `SubmitManyJobs` of two or three jobs, each after the first
@@ -163,32 +161,27 @@ fn submit_many(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
         batch.push(ops);
     }
     let high_before = shared.serials().high();
-    let answer = match client.call("SubmitManyJobs", json!([batch])) {
-        Ok(answer) => answer,
-        Err(ClientError::Failed { class, args, .. }) => {
-            shared.violation(format!(
-                "luxid refused valid jobs: {class} {}",
-                Value::Array(args)
-            ));
-            return true;
-        }
-        Err(_) => return false,
-    };
-    let ids: Option<Vec<u64>> = answer.as_array().and_then(|entries| {
-        entries
+    // Each job accepted: `[true, id]`.
+    let ids_of = |answer: &Value| -> Option<Vec<u64>> {
+        let ids: Option<Vec<u64>> = answer
+            .as_array()?
             .iter()
             .map(|entry| {
                 (entry[0] == json!(true))
                     .then(|| entry[1].as_u64())
                     .flatten()
             })
-            .collect()
-    });
-    let Some(ids) = ids.filter(|ids| ids.len() == count) else {
-        shared.violation(format!(
-            "SubmitManyJobs of {count} valid jobs answered {answer}"
-        ));
-        return true;
+            .collect();
+        ids.filter(|ids| ids.len() == count)
+    };
+    let what = format!("SubmitManyJobs of {count} valid jobs");
+    let args = json!([batch]);
+    let ids = match checked_call(shared, client, "SubmitManyJobs", args, &what, |answer| {
+        ids_of(answer).is_some()
+    }) {
+        Answer::Valid(answer) => ids_of(&answer).expect("checked valid"),
+        Answer::Violation => return true,
+        Answer::Lost => return false,
     };
     if ids.windows(2).any(|pair| pair[1] != pair[0] + 1) {
         shared.violation(format!(
@@ -209,6 +202,47 @@ fn submit_many(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
     true
 }
 
+/// What became of a [`checked_call`].
+enum Answer {
+    Valid(Value),
+    /// A refusal or a malformed answer, reported as a violation.
+    Violation,
+    /// The connection (and the answer) was lost.
+    Lost,
+}
+
+/// Calls `method`: a refusal, or an answer `valid` rejects, is a
+/// violation (`what` names the call there).
+fn checked_call(
+    shared: &Shared,
+    client: &mut Client,
+    method: &str,
+    args: Value,
+    what: &str,
+    valid: impl Fn(&Value) -> bool,
+) -> Answer {
+    match client.call(method, args) {
+        Ok(answer) if valid(&answer) => Answer::Valid(answer),
+        Ok(other) => {
+            shared.violation(format!("{what} answered {other}"));
+            Answer::Violation
+        }
+        Err(ClientError::Failed { class, args, .. }) => {
+            shared.violation(format!(
+                "luxid refused {what}: {class} {}",
+                Value::Array(args)
+            ));
+            Answer::Violation
+        }
+        Err(_) => Answer::Lost,
+    }
+}
+
+/// A `[bool, message]` answer (`CancelJob`, `ChangeJobPriority`).
+fn flag_and_message(answer: &Value) -> Option<(bool, &str)> {
+    Some((answer[0].as_bool()?, answer[1].as_str()?))
+}
+
 /// A `ChangeJobPriority` of one of the last jobs to -10, 0 or 10; false
 /// if the connection is lost. "Not found" is right only for a job that
 /// was archived (which is final).
@@ -223,29 +257,23 @@ fn change_priority(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool 
         .figures
         .priority_changes
         .fetch_add(1, Ordering::Relaxed);
-    match client.call("ChangeJobPriority", json!([id, priority])) {
-        Ok(answer) if answer[0].is_boolean() && answer[1].is_string() => {
-            let not_found = answer[0] == json!(false)
-                && answer[1]
-                    .as_str()
-                    .is_some_and(|text| text.ends_with("not found"));
-            if not_found {
-                return expect_final(shared, client, id, "ChangeJobPriority answered not found");
-            }
-            true
+    let what = format!("ChangeJobPriority of acknowledged job {id}");
+    let answer = checked_call(
+        shared,
+        client,
+        "ChangeJobPriority",
+        json!([id, priority]),
+        &what,
+        |answer| flag_and_message(answer).is_some(),
+    );
+    match answer {
+        Answer::Valid(answer) => {
+            let (changed, message) = flag_and_message(&answer).expect("checked valid");
+            let not_found = !changed && message.ends_with("not found");
+            !not_found || expect_final(shared, client, id, "ChangeJobPriority answered not found")
         }
-        Ok(other) => {
-            shared.violation(format!("ChangeJobPriority of job {id} answered {other}"));
-            true
-        }
-        Err(ClientError::Failed { class, args, .. }) => {
-            shared.violation(format!(
-                "luxid refused ChangeJobPriority of acknowledged job {id}: {class} {}",
-                Value::Array(args)
-            ));
-            true
-        }
-        Err(_) => false,
+        Answer::Violation => true,
+        Answer::Lost => false,
     }
 }
 
@@ -255,77 +283,60 @@ fn change_priority(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool 
 /// must be in the archive from then on, across every restart.
 fn archive(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
     if rng.percent(10) {
-        return match client.call("AutoArchiveJobs", json!([1, 1])) {
-            Ok(answer) if answer[0].is_u64() && answer[1].is_u64() => {
-                let count = answer[0].as_u64().expect("just checked");
-                shared
-                    .figures
-                    .auto_archived
-                    .fetch_add(count, Ordering::Relaxed);
-                true
-            }
-            Ok(other) => {
-                shared.violation(format!("AutoArchiveJobs answered {other}"));
-                true
-            }
-            Err(ClientError::Failed { class, args, .. }) => {
-                shared.violation(format!(
-                    "luxid refused AutoArchiveJobs: {class} {}",
-                    Value::Array(args)
-                ));
-                true
-            }
-            Err(_) => false,
-        };
+        let answer = checked_call(
+            shared,
+            client,
+            "AutoArchiveJobs",
+            json!([1, 1]),
+            "AutoArchiveJobs",
+            |answer| answer[0].is_u64() && answer[1].is_u64(),
+        );
+        if let Answer::Valid(answer) = &answer {
+            let count = answer[0].as_u64().expect("checked valid");
+            shared
+                .figures
+                .auto_archived
+                .fetch_add(count, Ordering::Relaxed);
+        }
+        return !matches!(answer, Answer::Lost);
     }
     let known: Vec<u64> = shared.jobs().keys().rev().take(100).copied().collect();
     if known.is_empty() {
         return true;
     }
     let id = *rng.pick(&known);
-    match client.call("ArchiveJob", json!([id])) {
-        Ok(Value::Bool(true)) => {
+    let what = format!("ArchiveJob of acknowledged job {id}");
+    match checked_call(
+        shared,
+        client,
+        "ArchiveJob",
+        json!([id]),
+        &what,
+        Value::is_boolean,
+    ) {
+        Answer::Valid(Value::Bool(true)) => {
             if let Some(job) = shared.jobs().get_mut(&id) {
                 job.archived = true;
             }
             shared.figures.archived.fetch_add(1, Ordering::Relaxed);
             expect_final(shared, client, id, "ArchiveJob archived it")
         }
-        Ok(Value::Bool(false)) => true,
-        Ok(other) => {
-            shared.violation(format!("ArchiveJob of job {id} answered {other}"));
-            true
-        }
-        Err(ClientError::Failed { class, args, .. }) => {
-            shared.violation(format!(
-                "luxid refused ArchiveJob of acknowledged job {id}: {class} {}",
-                Value::Array(args)
-            ));
-            true
-        }
-        Err(_) => false,
+        Answer::Valid(_) | Answer::Violation => true,
+        Answer::Lost => false,
     }
 }
 
 /// Job `id` must be final now (`why`: what made it so); false if the
 /// connection is lost.
 fn expect_final(shared: &Shared, client: &mut Client, id: u64, why: &str) -> bool {
-    match client.call("QueryJobs", json!([[id], ["status"]])) {
-        Ok(rows) => {
-            if !matches!(rows[0][0].as_str(), Some("success" | "error" | "canceled")) {
-                shared.violation(format!("{why}, yet job {id} is not final: {rows}"));
-            }
-            true
-        }
-        Err(ClientError::Failed { class, args, .. }) => {
-            shared.violation(format!(
-                "luxid refused QueryJobs: {class} {}",
-                Value::Array(args)
-            ));
-            true
-        }
-        Err(_) => false,
-    }
+    let final_row =
+        |rows: &Value| matches!(rows[0][0].as_str(), Some("success" | "error" | "canceled"));
+    let what = format!("QueryJobs of job {id} ({why})");
+    let args = json!([[id], ["status"]]);
+    !matches!(
+        checked_call(shared, client, "QueryJobs", args, &what, final_row),
+        Answer::Lost
+    )
 }
 
 /// Cancels one of the last jobs, mostly one that is waiting for its
@@ -367,13 +378,14 @@ fn cancel(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
             .fetch_add(1, Ordering::Relaxed);
     }
     let args = if kill { json!([id, true]) } else { json!([id]) };
-    match client.call("CancelJob", args) {
-        Ok(answer) => {
-            let dequeued = answer[0] == json!(true)
-                && answer[1]
-                    .as_str()
-                    .is_some_and(|text| text.starts_with("Dequeued"));
-            if dequeued {
+    let what = format!("CancelJob of acknowledged job {id}");
+    let answer = checked_call(shared, client, "CancelJob", args, &what, |answer| {
+        flag_and_message(answer).is_some()
+    });
+    match answer {
+        Answer::Valid(answer) => {
+            let (canceled, message) = flag_and_message(&answer).expect("checked valid");
+            if canceled && message.starts_with("Dequeued") {
                 shared.figures.dequeued.fetch_add(1, Ordering::Relaxed);
                 if let Some(job) = shared.jobs().get_mut(&id) {
                     job.dequeued = true;
@@ -381,14 +393,8 @@ fn cancel(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
             }
             true
         }
-        Err(ClientError::Failed { class, args, .. }) => {
-            shared.violation(format!(
-                "luxid refused CancelJob of acknowledged job {id}: {class} {}",
-                Value::Array(args)
-            ));
-            true
-        }
-        Err(_) => false,
+        Answer::Violation => true,
+        Answer::Lost => false,
     }
 }
 
