@@ -5,7 +5,9 @@
 //!   it (a pending request may have been granted since);
 //! - every owner killed before holds nothing and waits for nothing (the
 //!   start-up pass frees dead owners before the socket is bound);
-//! - the lock table has no conflicting holders.
+//! - the lock table has no conflicting holders;
+//! - the configuration is the config client's last acknowledged write or
+//!   a later one whose answer was lost (see [`super::config_client`]).
 //!
 //! After each start of luxid: every acknowledged job exists; a job that is
 //! `waiting`, `running` or `canceling` has a live runner (its livelock is
@@ -17,8 +19,9 @@
 //! opcode), dependants started only after their dependencies ended, no two
 //! conflicting lock intervals overlap (lock clients' and jobs' opcodes'),
 //! every job `ArchiveJob` archived in the archive and not in the queue, no
-//! priority request left, the lock table empty, and no stale livelock
-//! file left but those the stale-age rule allows (D12).
+//! priority request left, the configuration as above, the lock table
+//! empty, and no stale livelock file left but those the stale-age rule
+//! allows (D12).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -246,6 +249,9 @@ pub fn after_wconfd_start(shared: &Shared) {
             ));
         }
     }
+    if let Some(config) = call("readConfig", json!([])) {
+        check_config(shared, &config, "after a wconfd start");
+    }
     if let Some(table) = call("listAllLocksOwners", json!([])) {
         check_table(shared, &table);
         // The two listings agree for the lock clients' owners (runners
@@ -274,6 +280,19 @@ pub fn after_wconfd_start(shared: &Shared) {
                 ));
             }
         }
+    }
+}
+
+/// A configuration read is one the config client's writes allow.
+fn check_config(shared: &Shared, config: &Value, when: &str) {
+    shared.figures.config_checks.fetch_add(1, Ordering::Relaxed);
+    let checked = shared
+        .config
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .check(config);
+    if let Err(message) = checked {
+        shared.violation(format!("{when}, {message}"));
     }
 }
 
@@ -471,6 +490,14 @@ pub fn final_checks(shared: &Shared, daemons: &mut Daemons, settle: Duration) {
     check_outcomes(shared, &rows);
     check_queue_files(shared);
     check_intervals(shared, &rows);
+    match wconfd(shared).and_then(|mut client| {
+        client
+            .call("readConfig", json!([]))
+            .map_err(|error| error.to_string())
+    }) {
+        Ok(config) => check_config(shared, &config, "at the end"),
+        Err(error) => shared.violation(format!("readConfig at the end failed: {error}")),
+    }
     let swept = SystemTime::now();
     check_lock_table_empty(shared);
     check_livelocks(shared, swept);

@@ -12,6 +12,7 @@
 //! alive, say) may differ too.
 
 pub mod checks;
+pub mod config_client;
 pub mod history;
 pub mod job_clients;
 pub mod lock_clients;
@@ -77,6 +78,9 @@ pub struct Figures {
     pub priority_changes: AtomicU64,
     pub archived: AtomicU64,
     pub auto_archived: AtomicU64,
+    pub config_writes: AtomicU64,
+    pub config_writes_lost: AtomicU64,
+    pub config_checks: AtomicU64,
     pub jobs_checked: AtomicU64,
     pub owners: AtomicU64,
     pub grants: AtomicU64,
@@ -129,6 +133,13 @@ impl Figures {
                 get(&self.priority_changes),
                 get(&self.archived),
                 get(&self.auto_archived)
+            ),
+            format!(
+                "config    : {} writes acknowledged, {} answers lost to kills, \
+                 {} configurations read and checked",
+                get(&self.config_writes),
+                get(&self.config_writes_lost),
+                get(&self.config_checks)
             ),
             format!(
                 "locks     : {} owners, {} grants, {} blocked, {} releases, \
@@ -191,6 +202,8 @@ pub struct Shared {
     pub models: Vec<Arc<Mutex<ClientModel>>>,
     /// Jobs whose runner the chaos thread killed.
     pub runners_killed: Mutex<std::collections::BTreeSet<u64>>,
+    /// The config client's writes.
+    pub config: Mutex<config_client::ConfigHistory>,
     pub figures: Figures,
 }
 
@@ -314,6 +327,7 @@ pub fn run(options: &Options) -> Result<Outcome, String> {
             .map(|_| Arc::new(Mutex::new(ClientModel::default())))
             .collect(),
         runners_killed: Mutex::new(std::collections::BTreeSet::new()),
+        config: Mutex::new(config_client::ConfigHistory::default()),
         figures: Figures::default(),
     });
     let mut daemons = checks::Daemons {
@@ -350,6 +364,13 @@ pub fn run(options: &Options) -> Result<Outcome, String> {
                 .name(format!("job-client-{index}"))
                 .spawn(move || job_clients::run(&shared, index))
                 .expect("spawn a job client thread")
+        }))
+        .chain(std::iter::once({
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("config-client".to_owned())
+                .spawn(move || config_client::run(&shared))
+                .expect("spawn the config client thread")
         }))
         .collect();
 
