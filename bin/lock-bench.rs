@@ -27,7 +27,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use warden::bench::{
-    Context, Measure, Report, Target, Unit, counted, grouped, print_mode, print_runs, print_summary,
+    self, CommandLine, Context, Measure, Report, Target, Unit, counted, grouped, print_mode,
+    print_summary,
 };
 use warden::locks::{Entry, LockError, LockManager, LockName, Owner, Update};
 
@@ -44,25 +45,25 @@ const DRAIN_SECONDS_MAX: f64 = 1.0;
 const DRAIN_TARGET_WAITERS: usize = 10_000;
 
 fn main() -> ExitCode {
-    let options = match Options::parse(std::env::args().skip(1)) {
-        Ok(options) => options,
-        Err(message) => {
-            eprintln!("lock-bench: {message}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    if options.help {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
-    print_context(&options);
+    bench::main(
+        "lock-bench",
+        USAGE,
+        |args| CommandLine::parse("lock-bench", args, RUNS_DEFAULT, |_, _| Ok(false)),
+        |options| {
+            bench(&options);
+            Ok(())
+        },
+    )
+}
+
+fn bench(options: &Options) {
+    print_context(options);
     let reports: Vec<Report> = options
         .scenarios
         .iter()
-        .map(|scenario| run_scenario(*scenario, &options))
+        .map(|scenario| run_scenario(*scenario, options))
         .collect();
     print_summary(&reports, options.runs, options.quick);
-    ExitCode::SUCCESS
 }
 
 // ---------------------------------------------------------------------------
@@ -75,8 +76,8 @@ enum Scenario {
     Drain,
 }
 
-impl Scenario {
-    const ALL: [Scenario; 3] = [Scenario::Single, Scenario::Scale, Scenario::Drain];
+impl bench::Scenario for Scenario {
+    const ALL: &'static [Scenario] = &[Scenario::Single, Scenario::Scale, Scenario::Drain];
 
     fn name(self) -> &'static str {
         match self {
@@ -85,7 +86,9 @@ impl Scenario {
             Scenario::Drain => "drain",
         }
     }
+}
 
+impl Scenario {
     fn run(self, sizes: &Sizes) -> Vec<Measure> {
         match self {
             Scenario::Single => single(sizes),
@@ -95,63 +98,13 @@ impl Scenario {
     }
 }
 
-struct Options {
-    scenarios: Vec<Scenario>,
-    runs: usize,
-    quick: bool,
-    help: bool,
-    command_line: String,
-}
+type Options = CommandLine<Scenario>;
 
-impl Options {
-    fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
-        let args: Vec<String> = args.collect();
-        let mut options = Options {
-            scenarios: Scenario::ALL.to_vec(),
-            runs: RUNS_DEFAULT,
-            quick: false,
-            help: false,
-            command_line: std::iter::once("lock-bench")
-                .chain(args.iter().map(String::as_str))
-                .collect::<Vec<_>>()
-                .join(" "),
-        };
-        let mut chosen = None;
-        let mut args = args.iter();
-        while let Some(arg) = args.next() {
-            match arg.as_str() {
-                "--quick" => options.quick = true,
-                "--help" | "-h" => options.help = true,
-                "--runs" => {
-                    let value = args.next().ok_or("--runs needs a number")?;
-                    options.runs = match value.parse() {
-                        Ok(runs) if runs > 0 => runs,
-                        _ => return Err(format!("--runs wants a positive number, not '{value}'")),
-                    };
-                }
-                name => {
-                    let scenario = Scenario::ALL
-                        .into_iter()
-                        .find(|scenario| scenario.name() == name)
-                        .ok_or_else(|| format!("unknown scenario or option '{name}'"))?;
-                    if chosen.replace(scenario).is_some() {
-                        return Err("name at most one scenario".to_owned());
-                    }
-                }
-            }
-        }
-        if let Some(scenario) = chosen {
-            options.scenarios = vec![scenario];
-        }
-        Ok(options)
-    }
-
-    fn sizes(&self) -> Sizes {
-        if self.quick {
-            Sizes::QUICK
-        } else {
-            Sizes::FULL
-        }
+fn sizes(options: &Options) -> Sizes {
+    if options.quick {
+        Sizes::QUICK
+    } else {
+        Sizes::FULL
     }
 }
 
@@ -196,23 +149,12 @@ impl Sizes {
 /// Runs one scenario `options.runs` times and prints every run and the
 /// median of each figure.
 fn run_scenario(scenario: Scenario, options: &Options) -> Report {
-    let sizes = options.sizes();
-    println!("\n== {}: {}", scenario.name(), describe(scenario, &sizes));
-    let mut report = Report::new(scenario.name());
-    for run in 1..=options.runs {
-        let started = Instant::now();
-        let measures = scenario.run(&sizes);
-        // Progress on stderr keeps stdout a clean record to paste.
-        eprintln!(
-            "   {} run {run}/{} took {:.1} s",
-            scenario.name(),
-            options.runs,
-            started.elapsed().as_secs_f64()
-        );
-        report.add_run(measures);
-    }
-    print_runs(&report.series, options.runs);
-    report
+    let sizes = sizes(options);
+    let description = describe(scenario, &sizes);
+    bench::run_scenario(scenario, &description, options.runs, || {
+        Ok(scenario.run(&sizes))
+    })
+    .expect("the lock core's runs report no errors")
 }
 
 fn describe(scenario: Scenario, sizes: &Sizes) -> String {
@@ -521,7 +463,7 @@ fn owners(count: usize) -> String {
 fn print_context(options: &Options) {
     Context::read().print(
         "lock-bench: the warden lock core, in process, one thread",
-        &options.command_line,
+        &options.text,
     );
     print_mode(options.quick, options.runs);
 }

@@ -64,8 +64,8 @@ use nix::sys::signal::Signal;
 use rayon::prelude::*;
 use serde_json::{Value, json};
 use warden::bench::{
-    Context as BenchContext, Measure, Report, Target, Unit, counted, grouped, percentile,
-    print_mode, print_runs, print_summary,
+    self, CommandLine, Context as BenchContext, Measure, Report, Target, Unit, counted, grouped,
+    percentile, print_mode, print_summary,
 };
 use warden::bench::{Error, Result, WithContext as _, age, fail, file_system, log_tail, request};
 use warden::jobs::opcode::{OP_EXEC, OP_TEST_DELAY, with_submit_reason};
@@ -129,38 +129,21 @@ const FSYNCS_MAX: usize = 200;
 const FSYNC_TIME_MAX: Duration = Duration::from_millis(500);
 
 fn main() -> ExitCode {
-    let command = match Invocation::parse(std::env::args().skip(1)) {
-        Ok(command) => command,
-        Err(message) => {
-            eprintln!("luxid-bench: {message}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    let outcome = match command {
-        Invocation::Help => {
-            println!("{USAGE}");
-            Ok(())
-        }
-        Invocation::Bench(options) => bench(&options),
-    };
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("luxid-bench: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    bench::main("luxid-bench", USAGE, Options::parse, |options| {
+        bench(&options)
+    })
 }
 
 fn bench(options: &Options) -> Result<()> {
     let bench = Bench::new(options)?;
     print_context(&bench)?;
     let reports = options
+        .shared
         .scenarios
         .iter()
         .map(|scenario| run_scenario(*scenario, &bench))
         .collect::<Result<Vec<Report>>>()?;
-    print_summary(&reports, options.runs, options.quick);
+    print_summary(&reports, options.shared.runs, options.shared.quick);
     Ok(())
 }
 
@@ -174,8 +157,8 @@ enum Scenario {
     Restart,
 }
 
-impl Scenario {
-    const ALL: [Scenario; 3] = [Scenario::Throughput, Scenario::Latency, Scenario::Restart];
+impl bench::Scenario for Scenario {
+    const ALL: &'static [Scenario] = &[Scenario::Throughput, Scenario::Latency, Scenario::Restart];
 
     fn name(self) -> &'static str {
         match self {
@@ -184,7 +167,9 @@ impl Scenario {
             Scenario::Restart => "restart",
         }
     }
+}
 
+impl Scenario {
     fn run(self, bench: &Bench) -> Result<Vec<Measure>> {
         match self {
             Scenario::Throughput => throughput(bench),
@@ -194,70 +179,33 @@ impl Scenario {
     }
 }
 
-/// What the command line asks for.
-enum Invocation {
-    Bench(Options),
-    Help,
-}
-
 struct Options {
-    scenarios: Vec<Scenario>,
-    runs: usize,
-    quick: bool,
+    shared: CommandLine<Scenario>,
     /// Parent of the temporary roots.
     dir: PathBuf,
     /// The runner luxid starts, if not the one beside it.
     runner: Option<PathBuf>,
-    command_line: String,
 }
 
-impl Invocation {
-    fn parse(args: impl Iterator<Item = String>) -> std::result::Result<Invocation, String> {
-        let args: Vec<String> = args.collect();
-        let mut options = Options {
-            scenarios: Scenario::ALL.to_vec(),
-            runs: RUNS_DEFAULT,
-            quick: false,
-            dir: std::env::temp_dir(),
-            runner: None,
-            command_line: std::iter::once("luxid-bench")
-                .chain(args.iter().map(String::as_str))
-                .collect::<Vec<_>>()
-                .join(" "),
-        };
-        let mut chosen = None;
-        let mut args = args.iter();
-        while let Some(arg) = args.next() {
-            match arg.as_str() {
-                "--quick" => options.quick = true,
-                "--help" | "-h" => return Ok(Invocation::Help),
-                "--runs" => {
-                    let value = args.next().ok_or("--runs needs a number")?;
-                    options.runs = match value.parse() {
-                        Ok(runs) if runs > 0 => runs,
-                        _ => return Err(format!("--runs wants a positive number, not '{value}'")),
-                    };
-                }
-                "--dir" => options.dir = PathBuf::from(args.next().ok_or("--dir needs a path")?),
-                "--runner" => {
-                    options.runner =
-                        Some(PathBuf::from(args.next().ok_or("--runner needs a path")?));
-                }
-                name => {
-                    let scenario = Scenario::ALL
-                        .into_iter()
-                        .find(|scenario| scenario.name() == name)
-                        .ok_or_else(|| format!("unknown scenario or option '{name}'"))?;
-                    if chosen.replace(scenario).is_some() {
-                        return Err("name at most one scenario".to_owned());
-                    }
-                }
+impl Options {
+    /// `None` for `--help`.
+    fn parse(args: &[String]) -> std::result::Result<Option<Options>, String> {
+        let mut dir = std::env::temp_dir();
+        let mut runner = None;
+        let shared = CommandLine::parse("luxid-bench", args, RUNS_DEFAULT, |arg, rest| {
+            let mut value = || rest.next().ok_or(format!("{arg} needs a path"));
+            match arg {
+                "--dir" => dir = PathBuf::from(value()?),
+                "--runner" => runner = Some(PathBuf::from(value()?)),
+                _ => return Ok(false),
             }
-        }
-        if let Some(scenario) = chosen {
-            options.scenarios = vec![scenario];
-        }
-        Ok(Invocation::Bench(options))
+            Ok(true)
+        })?;
+        Ok(shared.map(|shared| Options {
+            shared,
+            dir,
+            runner,
+        }))
     }
 }
 
@@ -336,14 +284,14 @@ impl Bench {
             runner: runner_setting.clone().map_or(runner, Ok)?,
             runner_setting,
             workspace: Workspace::create(&options.dir)?,
-            sizes: if options.quick {
+            sizes: if options.shared.quick {
                 &Sizes::QUICK
             } else {
                 &Sizes::FULL
             },
-            runs: options.runs,
-            quick: options.quick,
-            command_line: options.command_line.clone(),
+            runs: options.shared.runs,
+            quick: options.shared.quick,
+            command_line: options.shared.text.clone(),
         })
     }
 }
@@ -1333,36 +1281,11 @@ fn short(value: &Value) -> String {
 }
 
 // ---------------------------------------------------------------------------
-// Errors
-
-// ---------------------------------------------------------------------------
 // Runs (measures and reports: warden::bench)
 
-/// Runs one scenario `runs` times and prints every run and the median of
-/// each figure.
 fn run_scenario(scenario: Scenario, bench: &Bench) -> Result<Report> {
-    let runs = bench.runs;
-    println!(
-        "\n== {}: {}",
-        scenario.name(),
-        describe(scenario, bench.sizes)
-    );
-    let mut report = Report::new(scenario.name());
-    for run in 1..=runs {
-        let started = Instant::now();
-        let measures = scenario
-            .run(bench)
-            .map_err(|error| Error(format!("{} run {run}: {error}", scenario.name())))?;
-        // Progress on stderr keeps stdout a clean record to paste.
-        eprintln!(
-            "   {} run {run}/{runs} took {:.1} s",
-            scenario.name(),
-            started.elapsed().as_secs_f64()
-        );
-        report.add_run(measures);
-    }
-    print_runs(&report.series, runs);
-    Ok(report)
+    let description = describe(scenario, bench.sizes);
+    bench::run_scenario(scenario, &description, bench.runs, || scenario.run(bench))
 }
 
 fn describe(scenario: Scenario, sizes: &Sizes) -> String {

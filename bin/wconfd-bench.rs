@@ -52,10 +52,10 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use warden::bench::{
-    Context as BenchContext, Measure, Report, Target, Unit, counted, grouped, percentile,
-    print_mode, print_runs, print_summary,
+    self, CommandLine, Context as BenchContext, Measure, Report, Target, Unit, counted, grouped,
+    percentile, print_mode, print_summary,
 };
-use warden::bench::{Error, Result, WithContext as _, age, fail, file_system, log_tail, request};
+use warden::bench::{Result, WithContext as _, age, fail, file_system, log_tail, request};
 use warden::liveness::Livelock;
 use warden::protocol::ETX;
 use warden::store::lock_state::{JOURNAL_FILE, JOURNAL_HEADER_BYTES, RECORD_HEADER_BYTES};
@@ -97,40 +97,37 @@ const FSYNC_RECORD_BYTES: usize = 100;
 const DESCRIPTORS_SPARE: u64 = 1_024;
 
 fn main() -> ExitCode {
-    let command = match Invocation::parse(std::env::args().skip(1)) {
-        Ok(command) => command,
-        Err(message) => {
-            eprintln!("wconfd-bench: {message}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    // This executable started again as a helper of a scenario.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let helper = match args.as_slice() {
+        [flag, dir, name] if flag == "--hold-livelock" => Some(hold_livelock(Path::new(dir), name)),
+        [flag, root] if flag == "--null-server" => Some(null_server(Path::new(root))),
+        _ => None,
     };
-    let outcome = match command {
-        Invocation::Help => {
-            println!("{USAGE}");
-            Ok(())
-        }
-        Invocation::HoldLivelock { dir, name } => hold_livelock(&dir, &name),
-        Invocation::NullServer { root } => null_server(&root),
-        Invocation::Bench(options) => bench(&options),
-    };
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("wconfd-bench: {error}");
-            ExitCode::FAILURE
-        }
+    if let Some(outcome) = helper {
+        return match outcome {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("wconfd-bench: {error}");
+                ExitCode::FAILURE
+            }
+        };
     }
+    bench::main("wconfd-bench", USAGE, Options::parse, |options| {
+        bench(&options)
+    })
 }
 
 fn bench(options: &Options) -> Result<()> {
     let bench = Bench::new(options)?;
     print_context(&bench)?;
     let reports = options
+        .shared
         .scenarios
         .iter()
         .map(|scenario| run_scenario(*scenario, &bench))
         .collect::<Result<Vec<Report>>>()?;
-    print_summary(&reports, options.runs, options.quick);
+    print_summary(&reports, options.shared.runs, options.shared.quick);
     Ok(())
 }
 
@@ -145,8 +142,8 @@ enum Scenario {
     Death,
 }
 
-impl Scenario {
-    const ALL: [Scenario; 4] = [
+impl bench::Scenario for Scenario {
+    const ALL: &'static [Scenario] = &[
         Scenario::Throughput,
         Scenario::Latency,
         Scenario::Scale,
@@ -161,7 +158,9 @@ impl Scenario {
             Scenario::Death => "death",
         }
     }
+}
 
+impl Scenario {
     fn run(self, bench: &Bench) -> Result<Vec<Measure>> {
         match self {
             Scenario::Throughput => throughput(bench),
@@ -172,87 +171,24 @@ impl Scenario {
     }
 }
 
-/// What the command line asks for.
-enum Invocation {
-    Bench(Options),
-    Help,
-    /// Internal: be the holder process of `death` (see [`hold_livelock`]).
-    HoldLivelock {
-        dir: PathBuf,
-        name: String,
-    },
-    /// Internal: be the null server of `throughput` (see [`null_server`]).
-    NullServer {
-        root: PathBuf,
-    },
-}
-
 struct Options {
-    scenarios: Vec<Scenario>,
-    runs: usize,
-    quick: bool,
+    shared: CommandLine<Scenario>,
     /// Parent of the temporary roots.
     dir: PathBuf,
-    command_line: String,
 }
 
-impl Invocation {
-    fn parse(args: impl Iterator<Item = String>) -> std::result::Result<Invocation, String> {
-        let args: Vec<String> = args.collect();
-        if let [flag, dir, name] = args.as_slice()
-            && flag == "--hold-livelock"
-        {
-            return Ok(Invocation::HoldLivelock {
-                dir: PathBuf::from(dir),
-                name: name.clone(),
-            });
-        }
-        if let [flag, root] = args.as_slice()
-            && flag == "--null-server"
-        {
-            return Ok(Invocation::NullServer {
-                root: PathBuf::from(root),
-            });
-        }
-        let mut options = Options {
-            scenarios: Scenario::ALL.to_vec(),
-            runs: RUNS_DEFAULT,
-            quick: false,
-            dir: std::env::temp_dir(),
-            command_line: std::iter::once("wconfd-bench")
-                .chain(args.iter().map(String::as_str))
-                .collect::<Vec<_>>()
-                .join(" "),
-        };
-        let mut chosen = None;
-        let mut args = args.iter();
-        while let Some(arg) = args.next() {
-            match arg.as_str() {
-                "--quick" => options.quick = true,
-                "--help" | "-h" => return Ok(Invocation::Help),
-                "--runs" => {
-                    let value = args.next().ok_or("--runs needs a number")?;
-                    options.runs = match value.parse() {
-                        Ok(runs) if runs > 0 => runs,
-                        _ => return Err(format!("--runs wants a positive number, not '{value}'")),
-                    };
-                }
-                "--dir" => options.dir = PathBuf::from(args.next().ok_or("--dir needs a path")?),
-                name => {
-                    let scenario = Scenario::ALL
-                        .into_iter()
-                        .find(|scenario| scenario.name() == name)
-                        .ok_or_else(|| format!("unknown scenario or option '{name}'"))?;
-                    if chosen.replace(scenario).is_some() {
-                        return Err("name at most one scenario".to_owned());
-                    }
-                }
+impl Options {
+    /// `None` for `--help`.
+    fn parse(args: &[String]) -> std::result::Result<Option<Options>, String> {
+        let mut dir = std::env::temp_dir();
+        let shared = CommandLine::parse("wconfd-bench", args, RUNS_DEFAULT, |arg, rest| {
+            if arg != "--dir" {
+                return Ok(false);
             }
-        }
-        if let Some(scenario) = chosen {
-            options.scenarios = vec![scenario];
-        }
-        Ok(Invocation::Bench(options))
+            dir = PathBuf::from(rest.next().ok_or("--dir needs a path")?);
+            Ok(true)
+        })?;
+        Ok(shared.map(|shared| Options { shared, dir }))
     }
 }
 
@@ -341,7 +277,7 @@ impl Bench {
                 wconfd.display()
             ));
         }
-        let sizes = if options.quick {
+        let sizes = if options.shared.quick {
             &Sizes::QUICK
         } else {
             &Sizes::FULL
@@ -361,9 +297,9 @@ impl Bench {
             wconfd,
             workspace: Workspace::create(&options.dir)?,
             sizes,
-            runs: options.runs,
-            quick: options.quick,
-            command_line: options.command_line.clone(),
+            runs: options.shared.runs,
+            quick: options.shared.quick,
+            command_line: options.shared.text.clone(),
         })
     }
 }
@@ -1324,36 +1260,11 @@ fn owner_wire(name: &str, livelock: &Path, pid: u32) -> Value {
 }
 
 // ---------------------------------------------------------------------------
-// Errors
-
-// ---------------------------------------------------------------------------
 // Runs (measures and reports: warden::bench)
 
-/// Runs one scenario `runs` times and prints every run and the median of
-/// each figure.
 fn run_scenario(scenario: Scenario, bench: &Bench) -> Result<Report> {
-    let runs = bench.runs;
-    println!(
-        "\n== {}: {}",
-        scenario.name(),
-        describe(scenario, bench.sizes)
-    );
-    let mut report = Report::new(scenario.name());
-    for run in 1..=runs {
-        let started = Instant::now();
-        let measures = scenario
-            .run(bench)
-            .map_err(|error| Error(format!("{} run {run}: {error}", scenario.name())))?;
-        // Progress on stderr keeps stdout a clean record to paste.
-        eprintln!(
-            "   {} run {run}/{runs} took {:.1} s",
-            scenario.name(),
-            started.elapsed().as_secs_f64()
-        );
-        report.add_run(measures);
-    }
-    print_runs(&report.series, runs);
-    Ok(report)
+    let description = describe(scenario, bench.sizes);
+    bench::run_scenario(scenario, &description, bench.runs, || scenario.run(bench))
 }
 
 fn describe(scenario: Scenario, sizes: &Sizes) -> String {

@@ -415,6 +415,143 @@ mod tests {
 }
 
 // ---------------------------------------------------------------------------
+// The command line every benchmark binary shares
+
+/// A benchmark binary's scenario.
+pub trait Scenario: Copy + 'static {
+    /// Every scenario, in the order a full run takes them.
+    const ALL: &'static [Self];
+
+    /// Its name on the command line and in the report.
+    fn name(self) -> &'static str;
+}
+
+/// `[SCENARIO] [--runs N] [--quick]`, and the options of one binary.
+pub struct CommandLine<S> {
+    /// The one named, or all of them.
+    pub scenarios: Vec<S>,
+    pub runs: usize,
+    /// A smoke run (CI's): every code path, figures that mean nothing.
+    pub quick: bool,
+    /// The command line as given, for the report.
+    pub text: String,
+}
+
+impl<S: Scenario> CommandLine<S> {
+    /// Parses `args` (without the program name); `None` for `--help`.
+    /// Every argument that is neither a scenario nor a shared option goes
+    /// to `own` with the arguments after it (for a value): it answers
+    /// whether it was one of the binary's options.
+    pub fn parse<'a>(
+        program: &str,
+        args: &'a [String],
+        runs_default: usize,
+        mut own: impl FnMut(
+            &str,
+            &mut std::slice::Iter<'a, String>,
+        ) -> std::result::Result<bool, String>,
+    ) -> std::result::Result<Option<CommandLine<S>>, String> {
+        let mut command_line = CommandLine {
+            scenarios: S::ALL.to_vec(),
+            runs: runs_default,
+            quick: false,
+            text: std::iter::once(program)
+                .chain(args.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(" "),
+        };
+        let mut chosen = None;
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--quick" => command_line.quick = true,
+                "--help" | "-h" => return Ok(None),
+                "--runs" => {
+                    let value = args.next().ok_or("--runs needs a number")?;
+                    command_line.runs = match value.parse() {
+                        Ok(runs) if runs > 0 => runs,
+                        _ => return Err(format!("--runs wants a positive number, not '{value}'")),
+                    };
+                }
+                name => {
+                    if own(name, &mut args)? {
+                        continue;
+                    }
+                    let scenario = S::ALL
+                        .iter()
+                        .copied()
+                        .find(|scenario| scenario.name() == name)
+                        .ok_or_else(|| format!("unknown scenario or option '{name}'"))?;
+                    if chosen.replace(scenario).is_some() {
+                        return Err("name at most one scenario".to_owned());
+                    }
+                }
+            }
+        }
+        if let Some(scenario) = chosen {
+            command_line.scenarios = vec![scenario];
+        }
+        Ok(Some(command_line))
+    }
+}
+
+/// Runs `scenario` `runs` times (`run` is one run), printing what it does
+/// (`description`), each run's time (on stderr: stdout stays a clean
+/// record to paste) and every figure with its median.
+pub fn run_scenario<S: Scenario>(
+    scenario: S,
+    description: &str,
+    runs: usize,
+    mut run: impl FnMut() -> Result<Vec<Measure>>,
+) -> Result<Report> {
+    println!("\n== {}: {description}", scenario.name());
+    let mut report = Report::new(scenario.name());
+    for index in 1..=runs {
+        let started = std::time::Instant::now();
+        let measures =
+            run().map_err(|error| Error(format!("{} run {index}: {error}", scenario.name())))?;
+        eprintln!(
+            "   {} run {index}/{runs} took {:.1} s",
+            scenario.name(),
+            started.elapsed().as_secs_f64()
+        );
+        report.add_run(measures);
+    }
+    print_runs(&report.series, runs);
+    Ok(report)
+}
+
+/// A benchmark binary's `main`: `parse` the arguments (`None` for
+/// `--help`, which prints `usage`), then `bench`. Exit 0, 1 if the bench
+/// failed, 2 for a bad command line.
+pub fn main<O>(
+    program: &str,
+    usage: &str,
+    parse: impl FnOnce(&[String]) -> std::result::Result<Option<O>, String>,
+    bench: impl FnOnce(O) -> Result<()>,
+) -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let options = match parse(&args) {
+        Ok(Some(options)) => options,
+        Ok(None) => {
+            println!("{usage}");
+            return std::process::ExitCode::SUCCESS;
+        }
+        Err(message) => {
+            eprintln!("{program}: {message}\n{usage}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match bench(options) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{program}: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
 // What the benchmarks of the daemons share (wconfd-bench, luxid-bench)
 
 /// Why the bench stopped: a daemon misbehaved or the OS refused something.
