@@ -14,7 +14,10 @@
 //!   release through `tryUpdateLocks`; lock RPCs per second. The same loop
 //!   runs first against a null server (this executable, answering every
 //!   frame at once without doing anything): the machine's ceiling in the
-//!   same run, so wconfd's figure can be read as a share of it.
+//!   same run, so wconfd's figure can be read as a share of it. Last, the
+//!   disk's bound: with one request outstanding per client and one journal
+//!   write in flight, a request waits 1.5 writes on average, so N clients
+//!   get at most N / (1.5 × one journal write) durable RPCs per second.
 //! - `latency`: one client's round trips of the same RPCs, p50 and p99, next
 //!   to the cost of one small append + `fdatasync` on the same file system
 //!   and to the cost of one journal write as wconfd makes it there (one
@@ -358,6 +361,26 @@ fn throughput(bench: &Bench) -> Result<Vec<Measure>> {
         ));
     }
     wconfd.stop()?;
+    // What the disk allows: each client has one request outstanding, and
+    // a request waits for the rest of the write under way and then the
+    // write with its record, 1.5 writes on average (design/PERFORMANCE.md).
+    let sizes = bench.sizes;
+    let write = journal_write_cost(&wconfd.dir, sizes.fsyncs_max, sizes.fsync_time_max)?;
+    measures.push(Measure::new(
+        "journal write (as wconfd writes)",
+        Unit::Seconds,
+        write,
+    ));
+    for count in THROUGHPUT_TARGET_CLIENTS {
+        measures.push(Measure::new(
+            format!(
+                "disk's bound, {}: clients / 1.5 writes",
+                counted(count, "client")
+            ),
+            Unit::PerSecond,
+            count as f64 / (1.5 * write),
+        ));
+    }
     Ok(measures)
 }
 
@@ -1278,7 +1301,8 @@ fn describe(scenario: Scenario, sizes: &Sizes) -> String {
             "N clients (thread + connection + owner each) loop tryUpdateLocks \
              [cluster/BGL shared, node/<own> exclusive] then [both release];\n   \
              every reply checked; lock RPCs/s over {window}; N = {};\n   \
-             the same against a null server (answers every frame at once: the ceiling)",
+             the same against a null server (answers every frame at once: the ceiling);\n   \
+             then the disk's bound for one write in flight: clients / (1.5 journal writes)",
             sizes.throughput_clients.map(|n| n.to_string()).join(", ")
         ),
         Scenario::Latency => format!(
