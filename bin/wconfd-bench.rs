@@ -373,10 +373,7 @@ fn throughput(bench: &Bench) -> Result<Vec<Measure>> {
     ));
     for count in THROUGHPUT_TARGET_CLIENTS {
         measures.push(Measure::new(
-            format!(
-                "disk's bound, {}: clients / 1.5 writes",
-                counted(count, "client")
-            ),
+            format!("bound of one write in flight, {}", counted(count, "client")),
             Unit::PerSecond,
             count as f64 / (1.5 * write),
         ));
