@@ -54,20 +54,13 @@ pub fn run(shared: &Shared, index: usize) {
         if look_up {
             let known: Vec<u64> = shared.jobs().keys().rev().take(20).copied().collect();
             let id = *rng.pick(&known);
-            match client.call("QueryJobs", json!([[id], ["id", "status"]])) {
-                Ok(rows) => {
-                    if rows[0][1].is_null() {
-                        shared.violation(format!(
-                            "acknowledged job {id} is unknown to luxid: {rows}"
-                        ));
-                    }
-                }
-                Err(ClientError::Failed { class, args, .. }) => shared.violation(format!(
-                    "luxid refused QueryJobs: {class} {}",
-                    Value::Array(args)
-                )),
-                Err(_) => lost = true,
-            }
+            // An unknown job's row has a null status.
+            let what = format!("QueryJobs of acknowledged job {id}");
+            let args = json!([[id], ["id", "status"]]);
+            let answer = checked_call(shared, client, "QueryJobs", args, &what, |rows| {
+                !rows[0][1].is_null()
+            });
+            lost = matches!(answer, Answer::Lost);
         }
         if !lost && rng.percent(CANCEL_PERCENT) {
             lost = !cancel(&mut rng, shared, client);
