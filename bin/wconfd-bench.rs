@@ -108,13 +108,7 @@ fn main() -> ExitCode {
         _ => None,
     };
     if let Some(outcome) = helper {
-        return match outcome {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(error) => {
-                eprintln!("wconfd-bench: {error}");
-                ExitCode::FAILURE
-            }
-        };
+        return bench::exit_code("wconfd-bench", outcome);
     }
     bench::main("wconfd-bench", USAGE, Options::parse, |options| {
         bench(&options)

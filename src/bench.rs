@@ -542,7 +542,12 @@ pub fn main<O>(
             return std::process::ExitCode::from(2);
         }
     };
-    match bench(options) {
+    exit_code(program, bench(options))
+}
+
+/// Exit 0 for `Ok`; for an error, 1 with the error on stderr.
+pub fn exit_code(program: &str, outcome: Result<()>) -> std::process::ExitCode {
+    match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("{program}: {error}");
