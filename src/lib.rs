@@ -16,6 +16,7 @@
 pub mod bench;
 pub mod cli;
 pub mod client;
+pub mod connection;
 pub mod daemon;
 pub mod jobs;
 pub mod limits;

@@ -68,6 +68,11 @@ pub const CONNECTIONS_MAX_DEFAULT: usize = 1024;
 /// connections cost at most this each instead of up to the frame limit.
 pub const CONNECTION_BUFFER_RETAINED_BYTES_MAX: usize = 64 * 1024;
 
+/// Bytes asked of a socket per read: one read takes a typical request
+/// whole, and a large frame arrives in a few reads without a large buffer
+/// per idle connection.
+pub const READ_CHUNK_BYTES: usize = 64 * 1024;
+
 /// An answer at least this large makes the daemon give its free memory
 /// back to the system once it is written (`sys::release_free_memory`): big
 /// answers are rare and built from many small allocations, and the walk

@@ -1,32 +1,32 @@
-//! luxid's event loop: one thread, one mio poll. Connections speak LUXI;
-//! each started job is a `job-runner` process watched through a pidfd; the
-//! runners' job-file updates arrive as inotify events on the queue
-//! directory. Nothing is polled on a timer but `WaitForJobChange` timeouts
-//! and the release of a dead job's livelock (as a safety net under its
-//! inotify event).
+//! luxid's event loop: one thread, one mio poll. Connections speak LUXI
+//! through the shared layer of [`crate::connection`]; each started job is
+//! a `job-runner` process watched through a pidfd; the runners' job-file
+//! updates arrive as inotify events on the queue directory. Nothing is
+//! polled on a timer but `WaitForJobChange` timeouts and the release of a
+//! dead job's livelock (as a safety net under its inotify event).
 //!
 //! A turn reads every ready connection and answers what it can; new jobs
 //! are then made durable together (one group commit per turn) before any
 //! reply of that turn is written, and only then are runners started, but
 //! for those of new jobs that may start at once: they are started while
 //! the commit is synced and wait for luxid's word before they act
-//! (`Server::commit_new_jobs`).
+//! (`State::commit_new_jobs`). A held `WaitForJobChange` answered in a
+//! turn is staged with the turn's other replies, so every connection's
+//! replies leave in request order.
 
 use std::borrow::Cow;
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::hash::{BuildHasher, Hasher, RandomState};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use mio::net::{UnixListener, UnixStream};
 use mio::unix::SourceFd;
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Interest, Poll, Registry, Token};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
@@ -35,20 +35,18 @@ use signal_hook_mio::v1_0::Signals;
 
 use super::{DaemonError, io_error};
 use crate::client::{Client as WconfdClient, ClientError, Daemon};
+use crate::connection::{self, Connections, Handler, Peer, Reply};
 use crate::daemon::{self, Admission};
 use crate::jobs::opcode::{self, SUBMIT_PRIORITIES};
 use crate::jobs::{FIELDS, Job, JobId, QueuedOpcode, Status, Timestamp};
-use crate::limits::{CONNECTION_OUTPUT_BYTES_MAX, WAIT_FOR_CHANGE_SECONDS_MAX};
+use crate::limits::WAIT_FOR_CHANGE_SECONDS_MAX;
 use crate::liveness::{self, Livelock};
-use crate::protocol::{
-    Args, FrameReader, WireError, encode_failure, encode_success, parse_request,
-};
+use crate::protocol::{Args, WireError, parse_request};
 use crate::queue::{self, FinishedJob, Queue, parse_job_file_name};
 use crate::runner::{Start, WAIT_FOR_COMMIT_FLAG};
 use crate::settings::Settings;
-use crate::sys::{self, PeerCredentials};
+use crate::sys;
 
-const LISTENER: Token = Token(0);
 const SIGNALS: Token = Token(1);
 const INOTIFY: Token = Token(2);
 const FIRST_DYNAMIC_TOKEN: usize = 3;
@@ -57,9 +55,6 @@ const FIRST_DYNAMIC_TOKEN: usize = 3;
 /// priority request) or must survive (wconfd's SIGHUP); blocked while it
 /// is spawned (see `sys::block_signals`).
 const RUNNER_SIGNALS: [Signal; 3] = [Signal::SIGTERM, Signal::SIGUSR1, Signal::SIGHUP];
-
-/// Bytes read from a socket at a time.
-const READ_CHUNK_BYTES: usize = 64 * 1024;
 
 /// How often the livelock of a dead runner's job is probed while its
 /// processes are still being killed, should its inotify close event be
@@ -72,27 +67,12 @@ const RELEASE_PROBE_INTERVAL: Duration = Duration::from_millis(20);
 /// a busy loop.
 const DEAD_JOB_WRITE_RETRY_INTERVAL: Duration = Duration::from_millis(100);
 
-struct Connection {
-    stream: UnixStream,
-    peer: PeerCredentials,
-    reader: FrameReader,
-    /// Replies of this turn, written once the turn's new jobs are durable.
-    staged: Vec<u8>,
-    /// Replies not yet written to the socket.
-    output: Vec<u8>,
-    /// A `WaitForJobChange` whose reply is held; later requests wait.
-    held: Option<u64>,
-    closing: bool,
-    writable_registered: bool,
-}
-
 /// A held `WaitForJobChange`. What it holds is small whatever the
 /// request was: the field names are the known ones (at most
 /// [`crate::limits::QUERY_FIELDS_MAX`]), and the values the client has (equal to the
 /// job's when the wait began, or it would have been answered) are kept as
 /// a digest.
 struct Watcher {
-    token: Token,
     job: JobId,
     fields: Vec<&'static str>,
     seen_digest: u64,
@@ -137,9 +117,17 @@ struct DeadRunner {
 
 pub struct Server {
     poll: Poll,
-    listener: Option<UnixListener>,
-    socket_path: Option<PathBuf>,
     signals: Signals,
+    connections: Connections,
+    state: State,
+    group_gid: Option<u32>,
+    stopping: bool,
+}
+
+/// Everything of luxid but its connections: what answers requests.
+struct State {
+    /// Where the pidfds of runners are watched.
+    registry: Registry,
     inotify: Inotify,
     root: PathBuf,
     settings: Settings,
@@ -148,8 +136,6 @@ pub struct Server {
     _livelock: Livelock,
     /// The connection to wconfd, made again after a failure.
     wconfd: Option<WconfdClient>,
-    admission: Admission,
-    group_gid: Option<u32>,
     /// Every unfinished job of the queue.
     jobs: BTreeMap<JobId, Job>,
     /// Every finished job of the queue, kept encoded (archived ones are
@@ -160,22 +146,18 @@ pub struct Server {
     runners: HashMap<JobId, Runner>,
     runner_tokens: HashMap<Token, JobId>,
     livelock_watches: HashMap<WatchDescriptor, JobId>,
-    connections: HashMap<Token, Connection>,
-    watchers: HashMap<u64, Watcher>,
+    /// The held `WaitForJobChange` of each connection that has one.
+    watchers: HashMap<Token, Watcher>,
     /// Keyed hashing of the values a watcher has seen.
     watched_values_hasher: RandomState,
-    watcher_deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
-    next_watcher: u64,
+    /// Held replies answered while requests were handled or jobs changed,
+    /// released on their connections after.
+    releases: Vec<(Token, Result<Value, WireError>)>,
     next_token: usize,
     /// New jobs of this turn, made durable at its end.
     new_jobs: Vec<JobId>,
-    /// Connections with replies staged this turn.
-    turn_connections: Vec<Token>,
     /// Jobs changed this turn (their watchers are checked at its end).
     changed: Vec<JobId>,
-    /// Connections to read again (they had more than one chunk).
-    ready: Vec<Token>,
-    stopping: bool,
 }
 
 impl Server {
@@ -211,43 +193,256 @@ impl Server {
             Some(group) => Some(group.gid()?),
             None => None,
         };
+        let connections = Connections::new(
+            poll.registry(),
+            Admission::new(group_gid),
+            connection::Limits {
+                frame_bytes_max: settings.luxid.frame_bytes_max,
+                connections_max: settings.luxid.connections_max,
+            },
+        )
+        .map_err(io_error("cannot register", Path::new("connections")))?;
+        let registry = poll
+            .registry()
+            .try_clone()
+            .map_err(io_error("cannot register", Path::new("pidfds")))?;
         Ok(Server {
             poll,
-            listener: None,
-            socket_path: None,
             signals,
-            inotify,
-            root: root.to_owned(),
-            settings,
-            runner_path,
-            queue,
-            _livelock: livelock,
-            wconfd: None,
-            admission: Admission::new(group_gid),
+            connections,
             group_gid,
-            jobs: jobs.into_iter().map(|job| (job.id, job)).collect(),
-            finished: finished.into_iter().map(|job| (job.id, job)).collect(),
-            queued: BTreeSet::new(),
-            runners: HashMap::new(),
-            runner_tokens: HashMap::new(),
-            livelock_watches: HashMap::new(),
-            connections: HashMap::new(),
-            watchers: HashMap::new(),
-            watched_values_hasher: RandomState::new(),
-            watcher_deadlines: BinaryHeap::new(),
-            next_watcher: 1,
-            next_token: FIRST_DYNAMIC_TOKEN,
-            new_jobs: Vec::new(),
-            turn_connections: Vec::new(),
-            changed: Vec::new(),
-            ready: Vec::new(),
             stopping: false,
+            state: State {
+                registry,
+                inotify,
+                root: root.to_owned(),
+                settings,
+                runner_path,
+                queue,
+                _livelock: livelock,
+                wconfd: None,
+                jobs: jobs.into_iter().map(|job| (job.id, job)).collect(),
+                finished: finished.into_iter().map(|job| (job.id, job)).collect(),
+                queued: BTreeSet::new(),
+                runners: HashMap::new(),
+                runner_tokens: HashMap::new(),
+                livelock_watches: HashMap::new(),
+                watchers: HashMap::new(),
+                watched_values_hasher: RandomState::new(),
+                releases: Vec::new(),
+                next_token: FIRST_DYNAMIC_TOKEN,
+                new_jobs: Vec::new(),
+                changed: Vec::new(),
+            },
         })
     }
 
     /// Before serving: adopts the runners still alive, marks the jobs whose
     /// runner died, queues the rest.
     pub(super) fn recover(&mut self) -> Result<(), DaemonError> {
+        self.state.recover()
+    }
+
+    pub(super) fn bind(&mut self, path: &Path) -> Result<(), DaemonError> {
+        self.connections
+            .bind(path, self.group_gid)
+            .map_err(io_error("cannot bind", path))
+    }
+
+    /// Serves until SIGTERM or SIGINT. Runners go on without luxid; a new
+    /// luxid adopts them.
+    pub fn serve(mut self) -> Result<(), DaemonError> {
+        let mut events = Events::with_capacity(1024);
+        self.state.schedule();
+        while !self.stopping {
+            let timeout = self.next_wakeup();
+            if let Err(error) = self.poll.poll(&mut events, timeout) {
+                if error.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(io_error("cannot poll", Path::new("epoll"))(error));
+            }
+            for event in events.iter() {
+                match event.token() {
+                    connection::LISTENER => {
+                        let state = &mut self.state;
+                        self.connections.accept(|| state.new_token());
+                    }
+                    SIGNALS => self.handle_signals(),
+                    INOTIFY => self.state.inotify_events(),
+                    token if self.state.runner_tokens.contains_key(&token) => {
+                        self.state.runner_exited(token)
+                    }
+                    token => self.connections.event(
+                        token,
+                        event.is_readable(),
+                        event.is_writable(),
+                        event.is_read_closed(),
+                        &mut self.state,
+                    ),
+                }
+            }
+            self.connections.read_ready(&mut self.state);
+            self.state.probe_dead_runners();
+            self.finish_turn();
+        }
+        self.connections.remove_socket();
+        if let Err(error) = self.state.queue.save_serial() {
+            // Only ids of job files removed by hand could come back.
+            tracing::warn!(%error, "cannot save the queue's serial");
+        }
+        tracing::info!("luxid stopped");
+        Ok(())
+    }
+
+    fn next_wakeup(&mut self) -> Option<Duration> {
+        if self.connections.has_ready() {
+            return Some(Duration::ZERO);
+        }
+        let now = Instant::now();
+        let mut wake = self.connections.next_deadline();
+        for runner in self.state.runners.values() {
+            let probe = runner
+                .dead
+                .as_ref()
+                .map(|dead| dead.next_probe)
+                .or(runner.claimant);
+            if let Some(probe) = probe {
+                wake = Some(wake.map_or(probe, |at| at.min(probe)));
+            }
+        }
+        wake.map(|at| at.saturating_duration_since(now))
+    }
+
+    /// Releases the held replies answered so far, and forgets the watchers
+    /// whose connection went away.
+    fn settle_watchers(&mut self) {
+        for token in self.connections.take_dropped_holds() {
+            self.state.watchers.remove(&token);
+        }
+        for (token, reply) in std::mem::take(&mut self.state.releases) {
+            self.connections.release(token, reply);
+        }
+    }
+
+    // ----- the turn -----
+
+    /// Watchers of changed jobs are answered, new jobs become durable,
+    /// then every staged reply is written (in request order on each
+    /// connection) and runners are started.
+    fn finish_turn(&mut self) {
+        let changed = std::mem::take(&mut self.state.changed);
+        if !changed.is_empty() {
+            self.state.check_watchers(&changed);
+        }
+        self.settle_watchers();
+        self.expire_watchers(Instant::now());
+        let new_jobs = std::mem::take(&mut self.state.new_jobs);
+        if !new_jobs.is_empty()
+            && let Err(error) = self.state.commit_new_jobs(&new_jobs)
+        {
+            self.connections.fail_turn(&WireError::generic(format!(
+                "cannot write the job queue: {error}"
+            )));
+        }
+        self.connections.reveal();
+        self.state.schedule();
+    }
+
+    fn expire_watchers(&mut self, now: Instant) {
+        for token in self.connections.expired(now) {
+            let reply = match self.state.watchers.remove(&token) {
+                Some(watcher) => match self.state.job(watcher.job) {
+                    Some(job) => {
+                        Ok(
+                            change_reply(&job, &watcher.fields, watcher.log_serial, false, |_| {
+                                true
+                            })
+                            .expect("an unconditional reply"),
+                        )
+                    }
+                    None => Err(job_lost(watcher.job)),
+                },
+                None => Err(WireError::generic("the wait was lost")),
+            };
+            self.connections.release(token, reply);
+        }
+    }
+
+    // ----- signals -----
+
+    fn handle_signals(&mut self) {
+        for asked in daemon::asked(&mut self.signals) {
+            match asked {
+                daemon::Asked::Stop => self.stopping = true,
+                daemon::Asked::Dump => self.dump(),
+            }
+        }
+    }
+
+    /// SIGUSR2: the queue, the running jobs and their runners, the
+    /// connections and watchers, to the log.
+    fn dump(&self) {
+        let state = &self.state;
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        let statuses = state
+            .jobs
+            .values()
+            .map(Job::status)
+            .chain(state.finished.values().map(|job| job.status));
+        for status in statuses {
+            *counts.entry(status.name()).or_default() += 1;
+        }
+        tracing::info!(
+            serial = state.queue.serial(),
+            jobs = state.job_count(),
+            ?counts,
+            queued_to_start = state.queued.len(),
+            drained = state.queue.is_drained(),
+            "dump: queue"
+        );
+        for (id, runner) in &state.runners {
+            tracing::info!(
+                job = id,
+                pid = runner.pid,
+                adopted = runner.child.is_none(),
+                dead = runner.dead.is_some(),
+                status = state.job(*id).map(|job| job.status().name()),
+                "dump: runner"
+            );
+        }
+        for connection in self.connections.dump() {
+            tracing::info!(
+                pid = connection.peer.pid,
+                uid = connection.peer.uid,
+                buffered = connection.buffered_bytes,
+                output = connection.output_bytes,
+                held = connection.held,
+                "dump: connection"
+            );
+        }
+        tracing::info!(
+            watchers = state.watchers.len(),
+            threads =
+                "one event loop thread (rayon's pool only during start-up scans and group commits)",
+            "dump: watchers and threads"
+        );
+    }
+}
+
+impl Handler for State {
+    fn handle(&mut self, token: Token, _peer: Peer, frame: &[u8]) -> Reply {
+        match parse_request(frame) {
+            Ok(request) => self.dispatch(token, &request.method, &request.args),
+            Err(error) => Reply::Now(Err(error)),
+        }
+    }
+}
+
+impl State {
+    /// Before serving: adopts the runners still alive, marks the jobs whose
+    /// runner died, queues the rest.
+    fn recover(&mut self) -> Result<(), DaemonError> {
         let unfinished: Vec<JobId> = self
             .jobs
             .values()
@@ -300,11 +495,9 @@ impl Server {
         let token = self.new_token();
         let pidfd = pid.and_then(|pid| sys::pidfd_open(pid).ok());
         if let Some(fd) = &pidfd {
-            let _ = self.poll.registry().register(
-                &mut SourceFd(&fd.as_raw_fd()),
-                token,
-                Interest::READABLE,
-            );
+            let _ =
+                self.registry
+                    .register(&mut SourceFd(&fd.as_raw_fd()), token, Interest::READABLE);
         }
         let mut runner = Runner {
             child: None,
@@ -369,7 +562,7 @@ impl Server {
             let token = runner.token;
             let pidfd = sys::pidfd_open(pid).ok();
             if let Some(fd) = &pidfd {
-                let _ = self.poll.registry().register(
+                let _ = self.registry.register(
                     &mut SourceFd(&fd.as_raw_fd()),
                     token,
                     Interest::READABLE,
@@ -406,93 +599,6 @@ impl Server {
         runner.claimant = Some(Instant::now() + RELEASE_PROBE_INTERVAL);
     }
 
-    pub(super) fn bind(&mut self, path: &Path) -> Result<(), DaemonError> {
-        let mut listener = daemon::bind_socket(path).map_err(io_error("cannot bind", path))?;
-        if let Some(gid) = self.group_gid {
-            daemon::share_with_group(path, gid, 0o660)
-                .map_err(io_error("cannot give the socket group", path))?;
-        }
-        self.poll
-            .registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)
-            .map_err(io_error("cannot register", path))?;
-        self.listener = Some(listener);
-        self.socket_path = Some(path.to_owned());
-        Ok(())
-    }
-
-    /// Serves until SIGTERM or SIGINT. Runners go on without luxid; a new
-    /// luxid adopts them.
-    pub fn serve(mut self) -> Result<(), DaemonError> {
-        let mut events = Events::with_capacity(1024);
-        self.schedule();
-        while !self.stopping {
-            let timeout = self.next_wakeup();
-            if let Err(error) = self.poll.poll(&mut events, timeout) {
-                if error.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(io_error("cannot poll", Path::new("epoll"))(error));
-            }
-            for event in events.iter() {
-                match event.token() {
-                    LISTENER => self.accept(),
-                    SIGNALS => self.handle_signals(),
-                    INOTIFY => self.inotify_events(),
-                    token if self.runner_tokens.contains_key(&token) => self.runner_exited(token),
-                    token => {
-                        if event.is_readable() || event.is_read_closed() {
-                            self.read(token);
-                        }
-                        if event.is_writable() {
-                            self.flush(token);
-                        }
-                    }
-                }
-            }
-            for token in std::mem::take(&mut self.ready) {
-                self.read(token);
-            }
-            self.probe_dead_runners();
-            self.finish_turn();
-        }
-        if let Some(path) = &self.socket_path {
-            let _ = fs::remove_file(path);
-        }
-        if let Err(error) = self.queue.save_serial() {
-            // Only ids of job files removed by hand could come back.
-            tracing::warn!(%error, "cannot save the queue's serial");
-        }
-        tracing::info!("luxid stopped");
-        Ok(())
-    }
-
-    fn next_wakeup(&mut self) -> Option<Duration> {
-        if !self.ready.is_empty() {
-            return Some(Duration::ZERO);
-        }
-        let now = Instant::now();
-        let mut wake: Option<Instant> = None;
-        while let Some(Reverse((deadline, id))) = self.watcher_deadlines.peek() {
-            if self.watchers.contains_key(id) {
-                wake = Some(*deadline);
-                break;
-            }
-            self.watcher_deadlines.pop();
-        }
-        for runner in self.runners.values() {
-            let probe = runner
-                .dead
-                .as_ref()
-                .map(|dead| dead.next_probe)
-                .or(runner.claimant);
-            if let Some(probe) = probe {
-                wake = Some(wake.map_or(probe, |at| at.min(probe)));
-            }
-        }
-        wake.map(|at| at.saturating_duration_since(now))
-    }
-
     /// A job of the queue, decoded if it is finished.
     fn job(&self, id: JobId) -> Option<Cow<'_, Job>> {
         match self.jobs.get(&id) {
@@ -522,209 +628,6 @@ impl Server {
         token
     }
 
-    // ----- connections -----
-
-    fn accept(&mut self) {
-        loop {
-            let Some(listener) = self.listener.as_ref() else {
-                return;
-            };
-            let (mut stream, peer, _privileged) = match daemon::accept(
-                listener,
-                &self.admission,
-                self.connections.len(),
-                self.settings.luxid.connections_max,
-            ) {
-                daemon::Accepted::Peer(stream, peer, privileged) => (stream, peer, privileged),
-                daemon::Accepted::Refused => continue,
-                daemon::Accepted::Done => return,
-            };
-            let token = self.new_token();
-            if let Err(error) =
-                self.poll
-                    .registry()
-                    .register(&mut stream, token, Interest::READABLE)
-            {
-                tracing::warn!(%error, "cannot register a connection");
-                continue;
-            }
-            self.connections.insert(
-                token,
-                Connection {
-                    stream,
-                    peer,
-                    reader: FrameReader::new(self.settings.luxid.frame_bytes_max),
-                    staged: Vec::new(),
-                    output: Vec::new(),
-                    held: None,
-                    closing: false,
-                    writable_registered: false,
-                },
-            );
-        }
-    }
-
-    fn read(&mut self, token: Token) {
-        let Some(connection) = self.connections.get_mut(&token) else {
-            return;
-        };
-        let mut peer_gone = false;
-        let mut more = false;
-        if let Some(spare) = connection.reader.spare(READ_CHUNK_BYTES) {
-            let spare_bytes = spare.len();
-            match connection.stream.read(spare) {
-                Ok(0) => {
-                    connection.reader.commit(spare_bytes, 0);
-                    peer_gone = true;
-                }
-                Ok(read) => {
-                    connection.reader.commit(spare_bytes, read);
-                    more = read == spare_bytes;
-                }
-                Err(error) => {
-                    connection.reader.commit(spare_bytes, 0);
-                    match error.kind() {
-                        io::ErrorKind::WouldBlock => {}
-                        io::ErrorKind::Interrupted => more = true,
-                        _ => peer_gone = true,
-                    }
-                }
-            }
-        }
-        self.process_frames(token);
-        if peer_gone {
-            self.peer_gone(token);
-        } else if more {
-            self.ready.push(token);
-        }
-    }
-
-    fn peer_gone(&mut self, token: Token) {
-        let Some(connection) = self.connections.get_mut(&token) else {
-            return;
-        };
-        connection.closing = true;
-        if let Some(watcher) = connection.held.take() {
-            self.watchers.remove(&watcher);
-        }
-        self.turn_connections.push(token);
-    }
-
-    /// Answers the complete frames of a connection, in order, until one is
-    /// held or none is left.
-    fn process_frames(&mut self, token: Token) {
-        loop {
-            let Some(connection) = self.connections.get_mut(&token) else {
-                return;
-            };
-            // Backed-up replies pause the connection until its client
-            // reads (`flush` reads it again then).
-            if connection.held.is_some()
-                || connection.closing
-                || connection.output.len() + connection.staged.len() > CONNECTION_OUTPUT_BYTES_MAX
-            {
-                return;
-            }
-            let frame = match connection.reader.next_frame() {
-                Ok(Some(frame)) => frame,
-                Ok(None) => return,
-                Err(error) => {
-                    tracing::warn!(pid = connection.peer.pid, %error, "closing a connection");
-                    connection.closing = true;
-                    self.stage(token, Err(WireError::generic(error.to_string())));
-                    return;
-                }
-            };
-            let reply = match parse_request(&frame) {
-                Ok(request) => self.dispatch(token, &request.method, &request.args),
-                Err(error) => Some(Err(error)),
-            };
-            if let Some(reply) = reply {
-                self.stage(token, reply);
-            }
-        }
-    }
-
-    fn stage(&mut self, token: Token, reply: Result<Value, WireError>) {
-        let Some(connection) = self.connections.get_mut(&token) else {
-            return;
-        };
-        match &reply {
-            Ok(value) => encode_success(value, &mut connection.staged),
-            Err(error) => encode_failure(error, &mut connection.staged),
-        }
-        self.turn_connections.push(token);
-    }
-
-    fn flush(&mut self, token: Token) {
-        let Some(connection) = self.connections.get_mut(&token) else {
-            return;
-        };
-        let before = connection.output.len();
-        let written =
-            daemon::write_out(&mut connection.stream, &mut connection.output).and_then(|()| {
-                daemon::watch_writable(
-                    self.poll.registry(),
-                    &mut connection.stream,
-                    token,
-                    &mut connection.writable_registered,
-                    !connection.output.is_empty(),
-                )
-            });
-        if written.is_err() {
-            self.close(token);
-            return;
-        }
-        if connection.output.is_empty() && connection.closing && connection.staged.is_empty() {
-            self.close(token);
-        } else if connection.output.is_empty()
-            && before > 0
-            && connection.reader.buffered_bytes() > 0
-        {
-            // Answering paused while output was backed up; the socket
-            // may hold more than the frame buffer took.
-            self.ready.push(token);
-        }
-    }
-
-    fn close(&mut self, token: Token) {
-        let Some(mut connection) = self.connections.remove(&token) else {
-            return;
-        };
-        let _ = self.poll.registry().deregister(&mut connection.stream);
-        if let Some(watcher) = connection.held.take() {
-            self.watchers.remove(&watcher);
-        }
-    }
-
-    // ----- the turn -----
-
-    /// Watchers of changed jobs are answered (which may answer more of
-    /// their connections' requests), new jobs become durable, then every
-    /// staged reply is written and runners are started.
-    fn finish_turn(&mut self) {
-        let changed = std::mem::take(&mut self.changed);
-        if !changed.is_empty() {
-            self.check_watchers(&changed);
-        }
-        self.expire_watchers(Instant::now());
-        let new_jobs = std::mem::take(&mut self.new_jobs);
-        if !new_jobs.is_empty() {
-            self.commit_new_jobs(&new_jobs);
-        }
-        let mut tokens = std::mem::take(&mut self.turn_connections);
-        tokens.sort_unstable();
-        tokens.dedup();
-        for token in tokens {
-            if let Some(connection) = self.connections.get_mut(&token) {
-                let staged = std::mem::take(&mut connection.staged);
-                connection.output.extend_from_slice(&staged);
-                self.flush(token);
-            }
-        }
-        self.schedule();
-    }
-
     /// Makes a turn's new jobs durable (one group commit). If some of them
     /// may start at once, the commit runs on a helper thread and their
     /// runners are started meanwhile, as long as it lasts, so that a
@@ -733,7 +636,7 @@ impl Server {
     /// returned) before it does anything. If the commit fails, the runners
     /// get no word (they leave the job alone and exit), and nothing of the
     /// jobs is revealed. The other runners start after the turn's replies.
-    fn commit_new_jobs(&mut self, ids: &[JobId]) {
+    fn commit_new_jobs(&mut self, ids: &[JobId]) -> io::Result<()> {
         let jobs: Vec<Job> = ids.iter().map(|id| self.jobs[id].clone()).collect();
         let commit = self.queue.new_commit(&jobs);
         for job in &jobs {
@@ -783,6 +686,7 @@ impl Server {
                         tracing::warn!(job = id, %error, "cannot tell the runner its job is durable");
                     }
                 }
+                Ok(())
             }
             Err(error) => {
                 // Nothing of these jobs may be revealed or run: their
@@ -793,38 +697,14 @@ impl Server {
                     self.jobs.remove(&job.id);
                     self.queued.remove(&(job.priority(), job.id));
                 }
-                self.fail_staged_submissions(&error);
+                Err(error)
             }
         }
     }
 
-    /// A failed group commit: every connection that staged replies this
-    /// turn is told, and closed, since its replies can no longer be given
-    /// in order.
-    fn fail_staged_submissions(&mut self, error: &io::Error) {
-        for token in self.turn_connections.clone() {
-            if let Some(connection) = self.connections.get_mut(&token) {
-                connection.staged.clear();
-                connection.closing = true;
-                encode_failure(
-                    &WireError::generic(format!("cannot write the job queue: {error}")),
-                    &mut connection.staged,
-                );
-            }
-        }
-    }
-
-    // ----- requests -----
-
-    /// Answers a request now (`Some`), or later (`None`: a held
-    /// `WaitForJobChange`).
-    fn dispatch(
-        &mut self,
-        token: Token,
-        method: &str,
-        args: &[Value],
-    ) -> Option<Result<Value, WireError>> {
-        Some(match method {
+    /// Answers a request now, or later (a held `WaitForJobChange`).
+    fn dispatch(&mut self, token: Token, method: &str, args: &[Value]) -> Reply {
+        Reply::Now(match method {
             "SubmitJob" => {
                 Args::exactly(method, args, 1).and_then(|args| self.submit_job(args.get(0), false))
             }
@@ -839,9 +719,9 @@ impl Server {
                 return match Args::exactly(method, args, 5)
                     .and_then(|args| self.wait_for_job_change(token, &args))
                 {
-                    Ok(Some(reply)) => Some(Ok(reply)),
-                    Ok(None) => None,
-                    Err(error) => Some(Err(error)),
+                    Ok(Held::Now(reply)) => Reply::Now(Ok(reply)),
+                    Ok(Held::Until(deadline)) => Reply::Held(deadline),
+                    Err(error) => Reply::Now(Err(error)),
                 };
             }
             "CancelJob" => self.cancel_job(method, args),
@@ -1036,11 +916,7 @@ impl Server {
         )
     }
 
-    fn wait_for_job_change(
-        &mut self,
-        token: Token,
-        args: &Args,
-    ) -> Result<Option<Value>, WireError> {
+    fn wait_for_job_change(&mut self, token: Token, args: &Args) -> Result<Held, WireError> {
         let id = job_id(args, 0)?;
         let fields = field_names(args, 1)?;
         let previous = args.get(2).clone();
@@ -1069,95 +945,44 @@ impl Server {
             same
         });
         if let Some(reply) = reply {
-            return Ok(Some(reply));
+            return Ok(Held::Now(reply));
         }
         let seen_digest = seen.expect("no reply: the values were the same, so digested");
-        let watcher_id = self.next_watcher;
-        self.next_watcher += 1;
-        let deadline = Instant::now() + Duration::from_secs_f64(timeout);
         self.watchers.insert(
-            watcher_id,
+            token,
             Watcher {
-                token,
                 job: id,
                 fields,
                 seen_digest,
                 log_serial,
             },
         );
-        self.watcher_deadlines.push(Reverse((deadline, watcher_id)));
-        if let Some(connection) = self.connections.get_mut(&token) {
-            connection.held = Some(watcher_id);
-        }
-        Ok(None)
+        Ok(Held::Until(
+            Instant::now() + Duration::from_secs_f64(timeout),
+        ))
     }
 
     /// Answers the watchers of changed jobs whose view changed (or whose
     /// job was archived: `JobLost`).
     fn check_watchers(&mut self, changed: &[JobId]) {
-        let due: Vec<(u64, Result<Value, WireError>)> = self
+        let due: Vec<(Token, Result<Value, WireError>)> = self
             .watchers
             .iter()
             .filter(|(_, watcher)| changed.contains(&watcher.job))
-            .filter_map(|(&id, watcher)| match self.job(watcher.job) {
+            .filter_map(|(&token, watcher)| match self.job(watcher.job) {
                 Some(job) => {
                     change_reply(&job, &watcher.fields, watcher.log_serial, true, |values| {
                         digest(&self.watched_values_hasher, values) == watcher.seen_digest
                     })
-                    .map(|reply| (id, Ok(reply)))
+                    .map(|reply| (token, Ok(reply)))
                 }
-                None => Some((id, Err(job_lost(watcher.job)))),
+                None => Some((token, Err(job_lost(watcher.job)))),
             })
             .collect();
-        for (id, reply) in due {
-            self.answer_watcher(id, reply);
+        for (token, reply) in due {
+            self.watchers.remove(&token);
+            self.releases.push((token, reply));
         }
-    }
-
-    fn expire_watchers(&mut self, now: Instant) {
-        while let Some(Reverse((deadline, id))) = self.watcher_deadlines.peek().copied() {
-            if deadline > now {
-                break;
-            }
-            self.watcher_deadlines.pop();
-            let Some(watcher) = self.watchers.get(&id) else {
-                continue;
-            };
-            let reply = match self.job(watcher.job) {
-                Some(job) => {
-                    Ok(
-                        change_reply(&job, &watcher.fields, watcher.log_serial, false, |_| true)
-                            .expect("an unconditional reply"),
-                    )
-                }
-                None => Err(job_lost(watcher.job)),
-            };
-            self.answer_watcher(id, reply);
-        }
-    }
-
-    /// Writes a held reply and goes on with the connection's later
-    /// requests.
-    fn answer_watcher(&mut self, id: u64, reply: Result<Value, WireError>) {
-        let Some(watcher) = self.watchers.remove(&id) else {
-            return;
-        };
-        let token = watcher.token;
-        let Some(connection) = self.connections.get_mut(&token) else {
-            return;
-        };
-        connection.held = None;
-        match &reply {
-            Ok(value) => encode_success(value, &mut connection.output),
-            Err(error) => encode_failure(error, &mut connection.output),
-        }
-        self.flush(token);
-        // Later requests are answered now; their replies are staged and go
-        // out with the turn's (after its new jobs are durable). Epoll is
-        // edge triggered: requests left in the socket while the frame
-        // buffer was full would never be read without this.
-        self.process_frames(token);
-        self.ready.push(token);
     }
 
     fn cancel_job(&mut self, method: &str, args: &[Value]) -> Result<Value, WireError> {
@@ -1342,8 +1167,6 @@ impl Server {
         ]))
     }
 
-    // ----- scheduling and runners -----
-
     /// Starts queued jobs whose dependencies are final, in (priority, id)
     /// order, up to `max_running_jobs`.
     fn schedule(&mut self) {
@@ -1435,7 +1258,7 @@ impl Server {
         let token = self.new_token();
         let pidfd = match sys::pidfd_open(pid) {
             Ok(fd) => {
-                let _ = self.poll.registry().register(
+                let _ = self.registry.register(
                     &mut SourceFd(&fd.as_raw_fd()),
                     token,
                     Interest::READABLE,
@@ -1476,10 +1299,7 @@ impl Server {
             return;
         };
         if let Some(fd) = runner.pidfd.take() {
-            let _ = self
-                .poll
-                .registry()
-                .deregister(&mut SourceFd(&fd.as_raw_fd()));
+            let _ = self.registry.deregister(&mut SourceFd(&fd.as_raw_fd()));
         }
         let mut cause = None;
         if let Some(child) = runner.child.as_mut() {
@@ -1785,65 +1605,12 @@ impl Server {
             }
         }
     }
+}
 
-    // ----- signals -----
-
-    fn handle_signals(&mut self) {
-        for asked in daemon::asked(&mut self.signals) {
-            match asked {
-                daemon::Asked::Stop => self.stopping = true,
-                daemon::Asked::Dump => self.dump(),
-            }
-        }
-    }
-
-    /// SIGUSR2: the queue, the running jobs and their runners, the
-    /// connections and watchers, to the log.
-    fn dump(&self) {
-        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-        let statuses = self
-            .jobs
-            .values()
-            .map(Job::status)
-            .chain(self.finished.values().map(|job| job.status));
-        for status in statuses {
-            *counts.entry(status.name()).or_default() += 1;
-        }
-        tracing::info!(
-            serial = self.queue.serial(),
-            jobs = self.job_count(),
-            ?counts,
-            queued_to_start = self.queued.len(),
-            drained = self.queue.is_drained(),
-            "dump: queue"
-        );
-        for (id, runner) in &self.runners {
-            tracing::info!(
-                job = id,
-                pid = runner.pid,
-                adopted = runner.child.is_none(),
-                dead = runner.dead.is_some(),
-                status = self.job(*id).map(|job| job.status().name()),
-                "dump: runner"
-            );
-        }
-        for connection in self.connections.values() {
-            tracing::info!(
-                pid = connection.peer.pid,
-                uid = connection.peer.uid,
-                buffered = connection.reader.buffered_bytes(),
-                output = connection.output.len(),
-                held = connection.held.is_some(),
-                "dump: connection"
-            );
-        }
-        tracing::info!(
-            watchers = self.watchers.len(),
-            threads =
-                "one event loop thread (rayon's pool only during start-up scans and group commits)",
-            "dump: watchers and threads"
-        );
-    }
+/// A `WaitForJobChange` answered now, or held until a deadline.
+enum Held {
+    Now(Value),
+    Until(Instant),
 }
 
 /// A job from a submission: every opcode checked, ids made absolute and

@@ -218,6 +218,29 @@ impl DaemonProcess {
         status
     }
 
+    /// SIGSTOP, and wait until every thread of the daemon is stopped, so
+    /// that whatever is sent now is read only after [`DaemonProcess::resume`].
+    pub fn pause(&self) {
+        let pid = self.pid();
+        kill(Pid::from_raw(pid as i32), Signal::SIGSTOP).expect("SIGSTOP the daemon");
+        wait_until("every thread of the daemon is stopped", DEADLINE, || {
+            fs::read_dir(format!("/proc/{pid}/task"))
+                .expect("the daemon's threads")
+                .all(|task| {
+                    let stat = fs::read_to_string(task.expect("a task").path().join("stat"))
+                        .unwrap_or_default();
+                    // The state follows the parenthesised command name.
+                    stat.rsplit_once(") ")
+                        .is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
+                })
+        });
+    }
+
+    /// SIGCONT after [`DaemonProcess::pause`].
+    pub fn resume(&self) {
+        kill(Pid::from_raw(self.pid() as i32), Signal::SIGCONT).expect("SIGCONT the daemon");
+    }
+
     /// Whether the process is still running (not exited).
     pub fn is_running(&mut self) -> bool {
         match self.child.as_mut() {
@@ -320,24 +343,12 @@ impl Wconfd {
     /// SIGSTOP, and wait until every thread of the daemon is stopped, so
     /// that whatever is sent now is read only after [`Wconfd::resume`].
     pub fn pause(&self) {
-        let pid = self.pid();
-        kill(Pid::from_raw(pid as i32), Signal::SIGSTOP).expect("SIGSTOP wconfd");
-        wait_until("every thread of wconfd is stopped", DEADLINE, || {
-            fs::read_dir(format!("/proc/{pid}/task"))
-                .expect("the daemon's threads")
-                .all(|task| {
-                    let stat = fs::read_to_string(task.expect("a task").path().join("stat"))
-                        .unwrap_or_default();
-                    // The state follows the parenthesised command name.
-                    stat.rsplit_once(") ")
-                        .is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
-                })
-        });
+        self.process.pause();
     }
 
     /// SIGCONT after [`Wconfd::pause`].
     pub fn resume(&self) {
-        kill(Pid::from_raw(self.pid() as i32), Signal::SIGCONT).expect("SIGCONT wconfd");
+        self.process.resume();
     }
 
     /// Whether the process is still running (not exited).

@@ -65,6 +65,16 @@ impl Luxid {
         self.process.kill9();
     }
 
+    /// SIGSTOP until every thread stopped: what is sent now is read only
+    /// after [`Luxid::resume`].
+    pub fn pause(&self) {
+        self.process.pause();
+    }
+
+    pub fn resume(&self) {
+        self.process.resume();
+    }
+
     pub fn stop(&mut self) {
         self.process.stop();
     }
@@ -746,6 +756,68 @@ fn raising_a_waiting_jobs_priority_lets_it_pass_another_waiter() {
         "the raised waiter ran first:\n{}",
         cluster.logs()
     );
+}
+
+/// LUXI replies carry no ids: on one connection they must leave in the
+/// order of the requests, whether a request is answered at once, after the
+/// turn's commit (a submission), or held (a `WaitForJobChange`). Sent in
+/// one write, so that luxid reads them in one turn.
+#[test]
+fn pipelined_replies_leave_in_request_order() {
+    let cluster = Cluster::start();
+    let sleeper = cluster.submit(json!([exec(&["/bin/sleep", "300"])]));
+    wait_until("the sleeper runs", DEADLINE, || {
+        cluster.status(sleeper) == "running"
+    });
+    let mut client = cluster.client();
+    let unchanged = json!(["running"]);
+    let mut frames = Vec::new();
+    for (method, args) in [
+        ("SubmitJob", json!([[exec(&["/bin/true"])]])),
+        (
+            "WaitForJobChange",
+            json!([sleeper, ["status"], unchanged, null, 0]),
+        ),
+        ("QueryConfigValues", json!([["cluster_name"]])),
+        (
+            "WaitForJobChange",
+            json!([sleeper, ["status"], unchanged, null, 0.05]),
+        ),
+        ("SubmitJob", json!([[exec(&["/bin/true"])]])),
+        (
+            "WaitForJobChange",
+            json!([sleeper, ["status"], unchanged, null, 0]),
+        ),
+    ] {
+        frames.extend(serde_json::to_vec(&json!({"method": method, "args": args})).unwrap());
+        frames.push(0x03);
+    }
+    client.send_raw(&frames).expect("send");
+    let first = client
+        .read_response()
+        .expect("an answer")
+        .expect("a job id");
+    let no_change = json!([["running"], []]);
+    assert_eq!(
+        client.read_response().expect("an answer"),
+        Ok(no_change.clone())
+    );
+    assert_eq!(
+        client.read_response().expect("an answer"),
+        Ok(json!(["warden"]))
+    );
+    assert_eq!(
+        client.read_response().expect("an answer"),
+        Ok(no_change.clone())
+    );
+    let second = client
+        .read_response()
+        .expect("an answer")
+        .expect("a job id");
+    assert_eq!(client.read_response().expect("an answer"), Ok(no_change));
+    assert!(first.is_u64() && second.is_u64(), "{first} {second}");
+    assert_eq!(second.as_u64(), first.as_u64().map(|id| id + 1));
+    assert_eq!(cluster.wait_final(second.as_u64().unwrap()), "success");
 }
 
 #[test]

@@ -359,6 +359,42 @@ fn a_stalled_half_frame_does_not_hold_up_other_clients() {
     assert_eq!(fixture.fingerprint(), before);
 }
 
+/// A peer that sends part of a request and shuts down its end is closed
+/// unanswered (the requests it completed before are answered): it must not
+/// stay open, counted against the connection limit. Sent while luxid is
+/// paused, so that the bytes and the end arrive in one event.
+#[test]
+fn a_half_closed_connection_with_a_partial_frame_is_closed() {
+    let fixture = Fixture::start("");
+    let before = fixture.fingerprint();
+    let cases: [(&[u8], Option<Value>); 2] = [
+        (b"{\"meth", None),
+        (
+            b"{\"method\": \"QueryConfigValues\", \"args\": [[\"cluster_name\"]]}\x03{\"method\": \"SubmitJob\"",
+            Some(json!(["warden"])),
+        ),
+    ];
+    for (sent, answered) in cases {
+        let mut client = fixture.cluster.client();
+        fixture.cluster.luxid.pause();
+        client.send_raw(sent).expect("send");
+        client
+            .stream()
+            .shutdown(std::net::Shutdown::Write)
+            .expect("shut down");
+        fixture.cluster.luxid.resume();
+        client
+            .stream()
+            .set_read_timeout(Some(std::time::Duration::from_secs(3)))
+            .expect("a read timeout");
+        if let Some(answer) = answered {
+            assert_eq!(client.read_response().expect("an answer"), Ok(answer));
+        }
+        assert!(client.closed_by_daemon(), "a reply came instead of the end");
+    }
+    assert_eq!(fixture.fingerprint(), before);
+}
+
 #[test]
 fn a_client_closing_mid_reply_does_not_disturb_luxid() {
     let fixture = Fixture::start("");

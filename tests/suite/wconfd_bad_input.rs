@@ -904,6 +904,41 @@ fn a_stalled_half_frame_does_not_hold_up_other_clients() {
     fixture.assert_unchanged();
 }
 
+/// A peer that sends part of a request and shuts down its end is closed
+/// unanswered (the requests it completed before are answered): it must not
+/// stay open, counted against the connection limit. Sent while wconfd is
+/// paused, so that the bytes and the end arrive in one event.
+#[test]
+fn a_half_closed_connection_with_a_partial_frame_is_closed() {
+    let mut fixture = Fixture::start();
+    let cases: [(&[u8], Option<Value>); 2] = [
+        (b"{\"meth", None),
+        (
+            b"{\"method\": \"echo\", \"args\": [\"whole\"]}\x03{\"method\": \"freeLocks\"",
+            Some(json!("whole")),
+        ),
+    ];
+    for (sent, answered) in cases {
+        let mut client = fixture.wconfd.client();
+        fixture.wconfd.pause();
+        client.send_raw(sent).expect("send");
+        client
+            .stream()
+            .shutdown(Shutdown::Write)
+            .expect("shut down");
+        fixture.wconfd.resume();
+        client
+            .stream()
+            .set_read_timeout(Some(std::time::Duration::from_secs(3)))
+            .expect("a read timeout");
+        if let Some(answer) = answered {
+            assert_eq!(client.read_response().expect("an answer"), Ok(answer));
+        }
+        assert!(client.closed_by_daemon(), "a reply came instead of the end");
+    }
+    fixture.assert_unchanged();
+}
+
 /// Gives J3 `count` node locks, so that listings are large.
 fn hold_many(fixture: &Fixture, count: usize) -> Value {
     let entries: Vec<Value> = (0..count)

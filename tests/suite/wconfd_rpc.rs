@@ -1033,6 +1033,38 @@ fn requests_pipelined_behind_a_held_await_do_not_block_their_sender() {
     );
 }
 
+/// Replies carry no ids: on one connection they leave in the order of the
+/// requests, an `awaitLocks` that times out in the same turn included. Sent
+/// in one write, so that wconfd reads them in one turn.
+#[test]
+fn pipelined_replies_leave_in_request_order() {
+    let (_wconfd, mut client, jobs) = start(2);
+    let (j1, j2) = (&jobs[0], &jobs[1]);
+    assert_eq!(
+        try_update(&mut client, j1, &[("node/n1", "exclusive")]),
+        json!([])
+    );
+    let mut frames = Vec::new();
+    for (method, args) in [
+        ("echo", json!(["one"])),
+        (
+            "awaitLocks",
+            json!([j2.owner(), 0, request(&[("node/n1", "exclusive")]), 1]),
+        ),
+        ("echo", json!(["two"])),
+        ("hasPendingRequest", json!([j2.owner()])),
+    ] {
+        frames.extend(serde_json::to_vec(&json!({"method": method, "args": args})).unwrap());
+        frames.push(0x03);
+    }
+    client.send_raw(&frames).expect("send");
+    assert_eq!(client.read_response().expect("answer"), Ok(json!("one")));
+    let blockers = client.read_response().expect("answer").expect("blockers");
+    assert_eq!(blockers, json!([j1.owner()]));
+    assert_eq!(client.read_response().expect("answer"), Ok(json!("two")));
+    assert_eq!(client.read_response().expect("answer"), Ok(json!(true)));
+}
+
 #[test]
 fn a_re_sent_await_replaces_the_held_one() {
     let (wconfd, mut client, jobs) = start(2);
