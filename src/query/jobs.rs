@@ -1,8 +1,8 @@
 //! The `job` resource of `Query` and `QueryFields`: its fields with
 //! Ganeti 3.0's titles, kinds and descriptions, and the query itself over
 //! luxid's queue, as Ganeti's luxid answers it:
-//! - a filter that only asks for ids (`["|", ["=", "id", 3], ...]`, or
-//!   none... see [`query`]) names the jobs to look at, in its order, each
+//! - a filter that only asks for ids (`["=", "id", 3]`, or an `|` of
+//!   such filters) names the jobs to look at, in its order, each
 //!   looked for in the queue and then in the archive, whatever the fields;
 //!   a job found in neither has its id and every other value
 //!   `unavailable`;
