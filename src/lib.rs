@@ -1,7 +1,8 @@
 //! warden: a job executor with a lock-daemon core.
 //!
 //! The library holds everything the binaries in `bin/` run: the pure lock
-//! core ([`locks`]), the wire protocol ([`protocol`]), a client of both
+//! core ([`locks`]), the wire protocol ([`protocol`]), LUXI's generic
+//! query and its filter language ([`query`]), a client of both
 //! daemons ([`client`]), the `warden` command ([`cli`]), what both daemons
 //! share at their edges ([`daemon`]), durable files
 //! ([`store`]), the wconfd daemon ([`wconfd`]), the job runner that runs
@@ -25,6 +26,7 @@ pub mod locks;
 pub mod logging;
 pub mod luxid;
 pub mod protocol;
+pub mod query;
 pub mod queue;
 pub mod runner;
 pub mod settings;

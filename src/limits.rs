@@ -170,3 +170,22 @@ pub const QUEUE_LOCK_RETRY_PAUSE: Duration = Duration::from_millis(5);
 /// A temp file in the queue directory younger than this is never removed
 /// as a crash's leftover: it may be a live runner's write in progress.
 pub const STALE_TEMP_AGE_MIN: Duration = Duration::from_secs(60);
+
+// Queries (`Query`, `QueryFields`).
+
+/// Operators and operands in one query filter. A filter is evaluated on
+/// every job a query looks at, so its size multiplies the cost of the
+/// query; Ganeti's `gnt-job list` with a thousand job ids sends about a
+/// thousand nodes.
+pub const QUERY_FILTER_NODES_MAX: usize = 10_000;
+
+/// Regular expressions (`=~`) in one query filter: each is compiled once
+/// per query, up to [`QUERY_FILTER_REGEX_BYTES_MAX`], so this bounds the
+/// memory one query's patterns can take (16 MiB).
+pub const QUERY_FILTER_REGEXES_MAX: usize = 16;
+
+/// Compiled size of one regular expression of a query filter, in bytes
+/// (the regex crate's size limit): far above any pattern a person writes
+/// (`^web\d+\.example\.com$` is a few KiB), far below what a pattern of
+/// repetitions could otherwise claim.
+pub const QUERY_FILTER_REGEX_BYTES_MAX: usize = 1024 * 1024;

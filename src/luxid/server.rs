@@ -715,6 +715,16 @@ impl State {
                 Args::exactly(method, args, 1).and_then(|args| self.submit_many(args.list(0)?))
             }
             "QueryJobs" => Args::exactly(method, args, 2).and_then(|args| self.query_jobs(&args)),
+            "Query" => crate::query::jobs::luxi_query(
+                args,
+                &crate::query::jobs::QueueJobs {
+                    unfinished: &self.jobs,
+                    finished: &self.finished,
+                    queue: &self.queue,
+                },
+                self.settings.luxid.frame_bytes_max,
+            ),
+            "QueryFields" => crate::query::jobs::luxi_query_fields(args),
             "WaitForJobChange" => {
                 return match Args::exactly(method, args, 5)
                     .and_then(|args| self.wait_for_job_change(token, &args))

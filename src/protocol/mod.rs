@@ -6,6 +6,7 @@
 #[cfg(test)]
 pub mod arbitrary;
 pub mod frame;
+pub mod query;
 pub mod wconfd;
 
 use serde_json::{Value, json};

@@ -11,7 +11,10 @@
 //! `locks.py` (echo and the lock calls), `waiting.py` (a waiting request
 //! granted with SIGHUP), `config.py` (the config lock and config calls),
 //! `config_verify.py` (a failed verification), `death.py` (an owner killed
-//! with SIGKILL loses its locks).
+//! with SIGKILL loses its locks); against wconfd and luxid, `luxi_jobs.py`
+//! (`ganeti.luxi.Client` and `cli.PollJob`) and `gnt_job.py` (Ganeti's
+//! `gnt-job` command, every subcommand, in a fake Ganeti root whose query
+//! socket is luxid's).
 //!
 //! Where the client is: `WARDEN_GANETI_PYTHONPATH` (CI sets it from
 //! setup.sh's output), else setup.sh's default cache directory
@@ -81,6 +84,13 @@ fn killed_owners_livelock_is_removed_by_cleanup() {
 #[test]
 fn luxi_client_and_poll_job() {
     run_luxi_scenario("luxi_jobs.py");
+}
+
+/// Every subcommand of Ganeti's own `gnt-job` against luxid (before
+/// `Query` existed, `gnt-job list` failed with "unknown method 'Query'").
+#[test]
+fn gnt_job_every_subcommand() {
+    run_luxi_scenario("gnt_job.py");
 }
 
 /// The PYTHONPATH holding Ganeti's `ganeti` package; fails the test with

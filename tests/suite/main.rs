@@ -25,6 +25,7 @@ mod lock_exhaustive;
 mod lock_properties;
 mod luxid;
 mod luxid_bad_input;
+mod luxid_query;
 mod reference;
 mod runner;
 mod storage_faults;
