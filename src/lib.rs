@@ -23,6 +23,7 @@ pub mod liveness;
 pub mod locks;
 pub mod logging;
 pub mod luxid;
+pub mod paths;
 pub mod protocol;
 pub mod queue;
 pub mod runner;

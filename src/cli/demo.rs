@@ -4,7 +4,7 @@
 //! waits, a summary, and a clean shutdown. Exits 0 only if every job ended
 //! as expected.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{Value, json};
 
@@ -13,6 +13,7 @@ use super::launcher::{Daemons, Logs};
 use super::output::{Cell, Output, Style, duration, timestamp_secs};
 use super::{CliError, CliResult, Exit, connect};
 use crate::client::Daemon;
+use crate::limits::{DEMO_JOBS_DEADLINE, DEMO_LOOK_INTERVAL};
 
 /// The example jobs, as `jobs/` holds them, in the order the demo submits
 /// them, with the status each job must end with.
@@ -38,11 +39,6 @@ pub const EXAMPLES: [(&str, &str, &[&str]); 4] = [
         &["success"],
     ),
 ];
-
-/// How often the demo looks at the jobs and the locks.
-const LOOK_INTERVAL: Duration = Duration::from_millis(25);
-/// How long the jobs may take before the demo gives up on them.
-const JOBS_DEADLINE: Duration = Duration::from_secs(60);
 
 /// One submitted job of the demo.
 struct DemoJob {
@@ -200,17 +196,17 @@ fn tour(output: &Output, say: &dyn Fn(&str), daemons: &Daemons) -> CliResult<Vec
         if finished {
             break;
         }
-        if submitted.elapsed() > JOBS_DEADLINE {
+        if submitted.elapsed() > DEMO_JOBS_DEADLINE {
             return Err(CliError::new(
                 Exit::Unsuccessful,
                 format!(
                     "the jobs did not finish within {} s{}",
-                    JOBS_DEADLINE.as_secs(),
+                    DEMO_JOBS_DEADLINE.as_secs(),
                     daemons.log_hint(Daemon::Luxid)
                 ),
             ));
         }
-        std::thread::sleep(LOOK_INTERVAL);
+        std::thread::sleep(DEMO_LOOK_INTERVAL);
     }
     if !lock_table_shown {
         say("  (no job was caught waiting for a lock this time: the machine was quick)");

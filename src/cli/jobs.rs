@@ -4,7 +4,7 @@
 
 use std::io::Read;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 
@@ -12,11 +12,7 @@ use super::output::{Cell, Output, Style, duration, now_secs, timestamp_secs, utc
 use super::{CliError, CliResult, Exit, connect};
 use crate::client::{Client, Daemon};
 use crate::jobs::{FIELDS, Status};
-
-/// How long one `WaitForJobChange` may be held by `watch`: on a terminal
-/// short, so that the elapsed time on the status line moves.
-const WATCH_POLL_TERMINAL: Duration = Duration::from_secs(1);
-const WATCH_POLL: Duration = Duration::from_secs(30);
+use crate::limits::{WATCH_POLL, WATCH_POLL_TERMINAL};
 
 #[derive(clap::Args, Debug)]
 pub struct ExecArgs {

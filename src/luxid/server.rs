@@ -37,6 +37,7 @@ use super::{DaemonError, io_error};
 use crate::client::{Client as WconfdClient, ClientError, Daemon};
 use crate::daemon::{self, Admission};
 use crate::jobs::opcode::{self, SUBMIT_PRIORITIES};
+use crate::jobs::runner_contract::{Start, WAIT_FOR_COMMIT_FLAG};
 use crate::jobs::{FIELDS, Job, JobId, QueuedOpcode, Status, Timestamp};
 use crate::limits::{CONNECTION_OUTPUT_BYTES_MAX, WAIT_FOR_CHANGE_SECONDS_MAX};
 use crate::liveness::{self, Livelock};
@@ -44,7 +45,6 @@ use crate::protocol::{
     Args, FrameReader, WireError, encode_failure, encode_success, parse_request,
 };
 use crate::queue::{self, FinishedJob, Queue, parse_job_file_name};
-use crate::runner::{Start, WAIT_FOR_COMMIT_FLAG};
 use crate::settings::Settings;
 use crate::sys::{self, PeerCredentials};
 

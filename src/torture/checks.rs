@@ -583,7 +583,7 @@ fn check_outcomes(shared: &Shared, rows: &BTreeMap<u64, Value>) {
 /// Every job `ArchiveJob` archived has its file in the archive, not in
 /// the queue; no priority request is left for a job (all are final).
 fn check_queue_files(shared: &Shared) {
-    let queue_dir = shared.root.join(queue::QUEUE_DIR);
+    let queue_dir = shared.root.join(crate::paths::QUEUE_DIR);
     let archived: Vec<u64> = shared
         .jobs()
         .iter()
