@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use warden::runner::Start;
+use warden::jobs::runner_contract::Start;
 
 /// Runs one job of warden's queue: takes its locks, runs its opcodes and
 /// records them in its job file.

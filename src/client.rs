@@ -191,6 +191,22 @@ impl Client {
         .map(drop)
     }
 
+    /// `listAllLocksOwners`: `[[lock, [[owner, mode], ...]], ...]`.
+    pub fn list_all_locks_owners(&mut self) -> Result<Value, ClientError> {
+        self.wconfd(&WconfdRequest::ListAllLocksOwners)
+    }
+
+    /// `listWaiters` *(extension)*: every pending request with how long
+    /// it has waited and who blocks it.
+    pub fn list_waiters(&mut self) -> Result<Value, ClientError> {
+        self.wconfd(&WconfdRequest::ListWaiters)
+    }
+
+    /// `readConfig`: the configuration.
+    pub fn read_config(&mut self) -> Result<Value, ClientError> {
+        self.wconfd(&WconfdRequest::ReadConfig)
+    }
+
     /// Sends an `awaitLocks` without waiting for its answer (it is held
     /// until granted or `timeout_ms` passes): [`Client::receive_blockers`]
     /// reads it once the socket is readable.

@@ -154,8 +154,8 @@ fn tour(output: &Output, say: &dyn Fn(&str), daemons: &Daemons) -> CliResult<Vec
     let submitted = Instant::now();
     let mut lock_table_shown = false;
     loop {
-        let rows = luxid.call("QueryJobs", json!([ids, ["id", "status", "oplog"]]))?;
-        for (job, row) in jobs.iter_mut().zip(rows.as_array().into_iter().flatten()) {
+        let rows = luxid.query_jobs(Some(&ids), &["id", "status", "oplog"])?;
+        for (job, row) in jobs.iter_mut().zip(&rows) {
             let status = text(row.get(1));
             if status != job.status {
                 let at = duration(submitted.elapsed().as_secs_f64());
@@ -174,7 +174,7 @@ fn tour(output: &Output, say: &dyn Fn(&str), daemons: &Daemons) -> CliResult<Vec
             }
         }
         if !lock_table_shown {
-            let waiters = wconfd.call("listWaiters", json!([]))?;
+            let waiters = wconfd.list_waiters()?;
             if waiters
                 .as_array()
                 .is_some_and(|waiters| !waiters.is_empty())
@@ -212,13 +212,13 @@ fn tour(output: &Output, say: &dyn Fn(&str), daemons: &Daemons) -> CliResult<Vec
         say("  (no job was caught waiting for a lock this time: the machine was quick)");
     }
     say("\nsummary:");
-    let rows = luxid.call(
-        "QueryJobs",
-        json!([ids, ["summary", "received_ts", "start_ts", "end_ts"]]),
+    let rows = luxid.query_jobs(
+        Some(&ids),
+        &["summary", "received_ts", "start_ts", "end_ts"],
     )?;
     let table: Vec<Vec<Cell>> = jobs
         .iter()
-        .zip(rows.as_array().into_iter().flatten())
+        .zip(&rows)
         .map(|(job, row)| {
             let at = |index: usize| row.get(index).and_then(timestamp_secs);
             let span = |from: Option<f64>, to: Option<f64>| match (from, to) {
