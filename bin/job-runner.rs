@@ -2,6 +2,8 @@
 //! per job). Logs to stderr; exits 0 once the job file is final, 3 if it
 //! could not write it, 4 if it could not create its livelock, 1 otherwise.
 
+#![deny(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -13,6 +13,8 @@
 //! of `bin/torture.rs` ([`torture`]); see `design/ARCHITECTURE.md` for the
 //! whole plan.
 
+#![deny(unsafe_code)]
+
 pub mod bench;
 pub mod cli;
 pub mod client;
@@ -29,6 +31,8 @@ pub mod queue;
 pub mod runner;
 pub mod settings;
 pub mod store;
+// The one module allowed `unsafe`, each use with its reason there.
+#[allow(unsafe_code)]
 pub mod sys;
 pub mod torture;
 pub mod wconfd;
