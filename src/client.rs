@@ -576,6 +576,131 @@ mod tests {
         );
     }
 
+    /// A daemon on the other end of a socket pair: reads `answers.len()`
+    /// requests, answers each with the next of `answers`, and returns the
+    /// requests it read.
+    fn fake_daemon(
+        theirs: UnixStream,
+        answers: Vec<&'static str>,
+    ) -> std::thread::JoinHandle<Vec<Value>> {
+        std::thread::spawn(move || {
+            let mut theirs = theirs;
+            let mut requests = Vec::new();
+            for answer in answers {
+                let mut request = Vec::new();
+                let mut byte = [0u8; 1];
+                while theirs.read(&mut byte).unwrap() == 1 && byte[0] != ETX {
+                    request.push(byte[0]);
+                }
+                requests.push(serde_json::from_slice::<Value>(&request).unwrap());
+                theirs.write_all(answer.as_bytes()).unwrap();
+                theirs.write_all(&[ETX]).unwrap();
+            }
+            requests
+        })
+    }
+
+    #[test]
+    fn typed_calls_send_the_enums_encoding_and_decode_the_answers() {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let mut client = Client {
+            daemon: Daemon::Luxid,
+            stream: ours,
+            reader: FrameReader::new(4096),
+        };
+        let daemon = fake_daemon(
+            theirs,
+            vec![
+                r#"{"success": true, "result": 7}"#,
+                r#"{"success": true, "result": [[true, 8], [false, "no"]]}"#,
+                r#"{"success": true, "result": [false, "Job 3 has already finished"]}"#,
+                r#"{"success": true, "result": [[["running"], []]]}"#,
+                r#"{"success": true, "result": "nochange"}"#,
+                r#"{"success": true, "result": [2, 0]}"#,
+                r#"{"success": true, "result": {"not": "a list"}}"#,
+            ],
+        );
+        let ops = json!([{"OP_ID": "OP_TEST_DELAY", "duration": 1}]);
+        assert_eq!(client.submit_job(&ops).unwrap(), 7);
+        assert_eq!(
+            client.submit_many_jobs(&[ops.clone(), json!([])]).unwrap(),
+            vec![Ok(8), Err("no".to_owned())]
+        );
+        assert_eq!(
+            client.cancel_job(3, true).unwrap(),
+            (false, "Job 3 has already finished".to_owned())
+        );
+        assert_eq!(
+            client.query_jobs(Some(&[3]), &["status"]).unwrap(),
+            vec![json!([["running"], []])]
+        );
+        assert_eq!(
+            client
+                .wait_for_job_change(3, &["status"], &Value::Null, 0, Duration::from_secs(2))
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            client
+                .auto_archive_jobs(None, Some(Duration::from_millis(500)))
+                .unwrap(),
+            (2, 0)
+        );
+        assert!(matches!(
+            client.query_jobs(None, &["id"]),
+            Err(ClientError::Protocol { .. })
+        ));
+        let requests = daemon.join().unwrap();
+        assert_eq!(
+            requests,
+            vec![
+                json!({"method": "SubmitJob", "args": [ops.clone()]}),
+                json!({"method": "SubmitManyJobs", "args": [[ops, []]]}),
+                json!({"method": "CancelJob", "args": [3, true]}),
+                json!({"method": "QueryJobs", "args": [[3], ["status"]]}),
+                json!({"method": "WaitForJobChange", "args": [3, ["status"], null, 0, 2.0]}),
+                json!({"method": "AutoArchiveJobs", "args": [-1, 0.5]}),
+                json!({"method": "QueryJobs", "args": [null, ["id"]]}),
+            ]
+        );
+    }
+
+    #[test]
+    fn lock_calls_name_the_owner_as_wconfd_reads_it() {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let mut client = Client {
+            daemon: Daemon::Wconfd,
+            stream: ours,
+            reader: FrameReader::new(4096),
+        };
+        let daemon = fake_daemon(
+            theirs,
+            vec![
+                r#"{"success": true, "result": [[1, "/l/job_000001_1", 5]]}"#,
+                r#"{"success": true, "result": []}"#,
+                r#"{"success": true, "result": true}"#,
+            ],
+        );
+        let owner = Owner::job(2, "/l/job_000002_1", 6);
+        let request = [Entry::shared(crate::locks::LockName::Bgl)];
+        client.send_await_locks(&owner, -1, &request, 1000).unwrap();
+        assert_eq!(client.receive_blockers().unwrap().len(), 1);
+        client.free_locks(&owner).unwrap();
+        assert!(matches!(
+            client.echo("x"),
+            Err(ClientError::Protocol { .. })
+        ));
+        let requests = daemon.join().unwrap();
+        assert_eq!(
+            requests,
+            vec![
+                json!({"method": "awaitLocks", "args": [[2, "/l/job_000002_1", 6], -1, [["cluster/BGL", "shared"]], 1000]}),
+                json!({"method": "freeLocks", "args": [[2, "/l/job_000002_1", 6]]}),
+                json!({"method": "echo", "args": ["x"]}),
+            ]
+        );
+    }
+
     #[test]
     fn a_closed_connection_is_an_io_error() {
         let (ours, theirs) = UnixStream::pair().unwrap();
