@@ -1,5 +1,5 @@
 //! lock-bench: throughput and scaling of the in-process lock core
-//! ([`warden::locks::LockManager`]), against the targets recorded in
+//! ([`crate::locks::LockManager`]), against the targets recorded in
 //! design/PERFORMANCE.md.
 //!
 //! ```text
