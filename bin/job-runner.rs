@@ -2,11 +2,13 @@
 //! per job). Logs to stderr; exits 0 once the job file is final, 3 if it
 //! could not write it, 4 if it could not create its livelock, 1 otherwise.
 
+#![deny(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use warden::runner::Start;
+use warden::jobs::runner_contract::Start;
 
 /// Runs one job of warden's queue: takes its locks, runs its opcodes and
 /// records them in its job file.

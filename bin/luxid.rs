@@ -2,6 +2,8 @@
 //! stops on SIGTERM or SIGINT (running jobs go on; the next luxid adopts
 //! them). Needs a wconfd on the same root.
 
+#![deny(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

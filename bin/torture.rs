@@ -11,6 +11,8 @@
 //! Exit 0: no violation; 1: violations (the seed and the command replaying
 //! it are printed); 2: bad usage or the run could not start.
 
+#![deny(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;

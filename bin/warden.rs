@@ -1,5 +1,7 @@
 //! warden: the command line and launcher (`warden --help`).
 
+#![deny(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::Parser;

@@ -1,6 +1,8 @@
 //! wconfd: the lock and configuration daemon. Runs in the foreground,
 //! logs to stderr, stops on SIGTERM or SIGINT.
 
+#![deny(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -14,14 +14,12 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::protocol::{ETX, FrameError, FrameReader};
-
-/// How long one read or write on the connection may block before the
-/// daemon counts as hung. Both daemons answer every request within
-/// milliseconds but a held one (`awaitLocks`, `WaitForJobChange`, at most
-/// [`crate::limits::WAIT_FOR_CHANGE_SECONDS_MAX`]); a held `awaitLocks` is
-/// waited for by the caller's event loop, not by a blocking read.
-pub const IO_TIMEOUT: Duration = Duration::from_secs(120);
+use crate::jobs::JobId;
+use crate::limits::{CLIENT_IO_TIMEOUT, READ_CHUNK_BYTES};
+use crate::locks::{Entry, Owner, Priority};
+use crate::protocol::luxi::LuxiRequest;
+use crate::protocol::wconfd::WconfdRequest;
+use crate::protocol::{ETX, FrameError, FrameReader, Request};
 
 /// The daemon a client talks to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,14 +39,11 @@ impl Daemon {
     /// The daemon's socket, relative to the root.
     pub fn socket_path(self) -> &'static str {
         match self {
-            Daemon::Wconfd => crate::wconfd::SOCKET_PATH,
-            Daemon::Luxid => crate::luxid::SOCKET_PATH,
+            Daemon::Wconfd => crate::paths::WCONFD_SOCKET_PATH,
+            Daemon::Luxid => crate::paths::LUXID_SOCKET_PATH,
         }
     }
 }
-
-/// Bytes asked of the socket per read.
-const READ_CHUNK_BYTES: usize = 64 * 1024;
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
@@ -120,8 +115,8 @@ impl Client {
         };
         client
             .stream
-            .set_read_timeout(Some(IO_TIMEOUT))
-            .and_then(|()| client.stream.set_write_timeout(Some(IO_TIMEOUT)))
+            .set_read_timeout(Some(CLIENT_IO_TIMEOUT))
+            .and_then(|()| client.stream.set_write_timeout(Some(CLIENT_IO_TIMEOUT)))
             .map_err(|source| client.io_error(source))?;
         Ok(client)
     }
@@ -131,28 +126,295 @@ impl Client {
         self.daemon
     }
 
-    /// Sends a request and waits for its answer.
+    /// Sends a request given as a method name and its arguments, and
+    /// waits for its answer: the raw wire, for what has no typed request
+    /// yet. Everything else calls the typed methods below.
     pub fn call(&mut self, method: &str, args: Value) -> Result<Value, ClientError> {
         self.send(method, args)?;
         self.receive()
     }
 
-    /// Sends a request without waiting for its answer; [`receive`] reads
-    /// it.
+    /// Sends a raw request without waiting for its answer (see
+    /// [`Client::call`]).
+    pub fn send(&mut self, method: &str, args: Value) -> Result<(), ClientError> {
+        self.send_frame(&json!({"method": method, "args": args}))
+    }
+
+    /// Sends an encoded request and waits for its answer.
+    pub fn request(&mut self, request: &Request) -> Result<Value, ClientError> {
+        self.send_request(request)?;
+        self.receive()
+    }
+
+    /// Sends an encoded request without waiting for its answer;
+    /// [`receive`] reads it.
     ///
     /// [`receive`]: Client::receive
-    pub fn send(&mut self, method: &str, args: Value) -> Result<(), ClientError> {
-        let mut frame = serde_json::to_vec(&json!({"method": method, "args": args}))
-            .expect("JSON to a Vec cannot fail");
+    pub fn send_request(&mut self, request: &Request) -> Result<(), ClientError> {
+        self.send_frame(&json!({"method": request.method, "args": request.args}))
+    }
+
+    /// Calls wconfd: its raw answer.
+    pub fn wconfd(&mut self, request: &WconfdRequest) -> Result<Value, ClientError> {
+        self.request(&request.encode())
+    }
+
+    /// Calls luxid: its raw answer.
+    pub fn luxi(&mut self, request: &LuxiRequest) -> Result<Value, ClientError> {
+        self.request(&request.encode())
+    }
+
+    fn send_frame(&mut self, document: &Value) -> Result<(), ClientError> {
+        let mut frame = serde_json::to_vec(document).expect("JSON to a Vec cannot fail");
         frame.push(ETX);
         self.stream
             .write_all(&frame)
             .map_err(|source| self.io_error(source))
     }
 
+    // ----- wconfd -----
+
+    /// `echo`: the text back.
+    pub fn echo(&mut self, text: &str) -> Result<String, ClientError> {
+        match self.wconfd(&WconfdRequest::Echo(text.to_owned()))? {
+            Value::String(text) => Ok(text),
+            other => Err(self.malformed("echo", &other)),
+        }
+    }
+
+    /// `freeLocks`: every lock of `owner` freed, its pending request
+    /// dropped.
+    pub fn free_locks(&mut self, owner: &Owner) -> Result<(), ClientError> {
+        self.wconfd(&WconfdRequest::FreeLocks {
+            owner: owner.clone(),
+        })
+        .map(drop)
+    }
+
+    /// `listAllLocksOwners`: `[[lock, [[owner, mode], ...]], ...]`.
+    pub fn list_all_locks_owners(&mut self) -> Result<Value, ClientError> {
+        self.wconfd(&WconfdRequest::ListAllLocksOwners)
+    }
+
+    /// `listWaiters` *(extension)*: every pending request with how long
+    /// it has waited and who blocks it.
+    pub fn list_waiters(&mut self) -> Result<Value, ClientError> {
+        self.wconfd(&WconfdRequest::ListWaiters)
+    }
+
+    /// `readConfig`: the configuration.
+    pub fn read_config(&mut self) -> Result<Value, ClientError> {
+        self.wconfd(&WconfdRequest::ReadConfig)
+    }
+
+    /// Sends an `awaitLocks` without waiting for its answer (it is held
+    /// until granted or `timeout_ms` passes): [`Client::receive_blockers`]
+    /// reads it once the socket is readable.
+    pub fn send_await_locks(
+        &mut self,
+        owner: &Owner,
+        priority: Priority,
+        request: &[Entry],
+        timeout_ms: u64,
+    ) -> Result<(), ClientError> {
+        self.send_request(
+            &WconfdRequest::AwaitLocks {
+                owner: owner.clone(),
+                priority,
+                request: request.to_vec(),
+                timeout_ms,
+            }
+            .encode(),
+        )
+    }
+
+    /// The answer of a lock request: the owners blocking it (as wconfd
+    /// lists them), none if it was granted.
+    pub fn receive_blockers(&mut self) -> Result<Vec<Value>, ClientError> {
+        match self.receive()? {
+            Value::Array(blockers) => Ok(blockers),
+            other => Err(self.malformed("a lock request", &other)),
+        }
+    }
+
+    // ----- luxid -----
+
+    /// `SubmitJob`: the new job's id.
+    pub fn submit_job(&mut self, ops: &Value) -> Result<JobId, ClientError> {
+        let answer = self.luxi(&LuxiRequest::SubmitJob { ops: ops.clone() })?;
+        answer_job_id(&answer).ok_or_else(|| self.malformed("SubmitJob", &answer))
+    }
+
+    /// `SubmitManyJobs`: per job its id, or the message it was refused
+    /// with.
+    pub fn submit_many_jobs(
+        &mut self,
+        jobs: &[Value],
+    ) -> Result<Vec<Result<JobId, String>>, ClientError> {
+        let answer = self.luxi(&LuxiRequest::SubmitManyJobs {
+            jobs: jobs.to_vec(),
+        })?;
+        let decoded = answer.as_array().and_then(|entries| {
+            entries
+                .iter()
+                .map(|entry| match entry.as_array().map(Vec::as_slice) {
+                    Some([Value::Bool(true), id]) => answer_job_id(id).map(Ok),
+                    Some([Value::Bool(false), message]) => Some(Err(message
+                        .as_str()
+                        .map_or_else(|| message.to_string(), str::to_owned))),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()
+        });
+        decoded.ok_or_else(|| self.malformed("SubmitManyJobs", &answer))
+    }
+
+    /// `QueryJobs`: one row per id (`None`: every job), each a list of
+    /// the `fields`' values.
+    pub fn query_jobs(
+        &mut self,
+        ids: Option<&[JobId]>,
+        fields: &[&'static str],
+    ) -> Result<Vec<Value>, ClientError> {
+        let answer = self.luxi(&LuxiRequest::QueryJobs {
+            ids: ids.map(<[JobId]>::to_vec),
+            fields: fields.to_vec(),
+        })?;
+        match answer {
+            Value::Array(rows) if rows.iter().all(Value::is_array) => Ok(rows),
+            other => Err(self.malformed("QueryJobs", &other)),
+        }
+    }
+
+    /// Sends a `WaitForJobChange` without waiting for its answer (held
+    /// for up to `timeout`); [`Client::receive_job_change`] reads it.
+    pub fn send_wait_for_job_change(
+        &mut self,
+        id: JobId,
+        fields: &[&'static str],
+        previous: &Value,
+        log_serial: u64,
+        timeout: Duration,
+    ) -> Result<(), ClientError> {
+        self.send_request(
+            &LuxiRequest::WaitForJobChange {
+                id,
+                fields: fields.to_vec(),
+                previous: previous.clone(),
+                log_serial,
+                timeout,
+            }
+            .encode(),
+        )
+    }
+
+    /// The answer of a `WaitForJobChange`: the values and the newer log
+    /// entries, or `None` for Ganeti's `"nochange"`.
+    pub fn receive_job_change(&mut self) -> Result<Option<JobChange>, ClientError> {
+        match self.receive()? {
+            Value::Array(answer) => match <[Value; 2]>::try_from(answer) {
+                Ok([values, Value::Array(log)]) => Ok(Some(JobChange { values, log })),
+                Ok([values, log]) => {
+                    Err(self.malformed("WaitForJobChange", &Value::Array(vec![values, log])))
+                }
+                Err(answer) => Err(self.malformed("WaitForJobChange", &Value::Array(answer))),
+            },
+            _ => Ok(None),
+        }
+    }
+
+    /// `WaitForJobChange`: waits (at most `timeout`) until `fields` of
+    /// job `id` differ from `previous` or a log entry newer than
+    /// `log_serial` exists.
+    pub fn wait_for_job_change(
+        &mut self,
+        id: JobId,
+        fields: &[&'static str],
+        previous: &Value,
+        log_serial: u64,
+        timeout: Duration,
+    ) -> Result<Option<JobChange>, ClientError> {
+        self.send_wait_for_job_change(id, fields, previous, log_serial, timeout)?;
+        self.receive_job_change()
+    }
+
+    /// `CancelJob`: whether it was done, and luxid's message.
+    pub fn cancel_job(&mut self, id: JobId, kill: bool) -> Result<(bool, String), ClientError> {
+        let answer = self.luxi(&LuxiRequest::CancelJob { id, kill })?;
+        self.done_and_message("CancelJob", answer)
+    }
+
+    /// `ArchiveJob`: whether the job was archived (only a finished one
+    /// is).
+    pub fn archive_job(&mut self, id: JobId) -> Result<bool, ClientError> {
+        let answer = self.luxi(&LuxiRequest::ArchiveJob { id })?;
+        Ok(answer == Value::Bool(true))
+    }
+
+    /// `AutoArchiveJobs`: the jobs archived, and those left for lack of
+    /// time.
+    pub fn auto_archive_jobs(
+        &mut self,
+        age: Option<Duration>,
+        timeout: Option<Duration>,
+    ) -> Result<(u64, u64), ClientError> {
+        let answer = self.luxi(&LuxiRequest::AutoArchiveJobs { age, timeout })?;
+        match answer.as_array().map(Vec::as_slice) {
+            Some([archived, left]) => match (archived.as_u64(), left.as_u64()) {
+                (Some(archived), Some(left)) => Ok((archived, left)),
+                _ => Err(self.malformed("AutoArchiveJobs", &answer)),
+            },
+            _ => Err(self.malformed("AutoArchiveJobs", &answer)),
+        }
+    }
+
+    /// `ChangeJobPriority`: whether it was done, and luxid's message.
+    pub fn change_job_priority(
+        &mut self,
+        id: JobId,
+        priority: i64,
+    ) -> Result<(bool, String), ClientError> {
+        let answer = self.luxi(&LuxiRequest::ChangeJobPriority { id, priority })?;
+        self.done_and_message("ChangeJobPriority", answer)
+    }
+
+    /// `SetDrainFlag`.
+    pub fn set_drain_flag(&mut self, drained: bool) -> Result<(), ClientError> {
+        self.luxi(&LuxiRequest::SetDrainFlag { drained }).map(drop)
+    }
+
+    /// `QueryConfigValues`: one value per field (`null` for an unknown
+    /// one).
+    pub fn query_config_values(&mut self, fields: &[&str]) -> Result<Vec<Value>, ClientError> {
+        let answer = self.luxi(&LuxiRequest::QueryConfigValues {
+            fields: fields
+                .iter()
+                .map(|field| Some((*field).to_owned()))
+                .collect(),
+        })?;
+        match answer {
+            Value::Array(values) if values.len() == fields.len() => Ok(values),
+            other => Err(self.malformed("QueryConfigValues", &other)),
+        }
+    }
+
+    fn done_and_message(&self, method: &str, answer: Value) -> Result<(bool, String), ClientError> {
+        match answer.as_array().map(Vec::as_slice) {
+            Some([Value::Bool(done), Value::String(message)]) => Ok((*done, message.clone())),
+            _ => Err(self.malformed(method, &answer)),
+        }
+    }
+
+    fn malformed(&self, what: &str, answer: &Value) -> ClientError {
+        self.protocol_error(format!(
+            "{what} answered {}",
+            crate::protocol::shortened(&answer.to_string())
+        ))
+    }
+
     /// Reads the next answer: `Ok(result)`, or the error the daemon
     /// answered. Blocks until the whole answer arrived (at most
-    /// [`IO_TIMEOUT`] between two pieces).
+    /// [`CLIENT_IO_TIMEOUT`] between two pieces).
     pub fn receive(&mut self) -> Result<Value, ClientError> {
         let frame = self.read_frame()?;
         decode_answer(self.daemon.name(), &frame)
@@ -199,6 +461,20 @@ impl Client {
             }
         }
     }
+}
+
+/// The answer of a `WaitForJobChange` that saw a change (or timed out).
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobChange {
+    /// The values of the fields asked for, in their order.
+    pub values: Value,
+    /// The log entries newer than the serial the client had.
+    pub log: Vec<Value>,
+}
+
+/// A job id in an answer.
+fn answer_job_id(value: &Value) -> Option<JobId> {
+    crate::protocol::luxi::parse_job_id(value)
 }
 
 /// An answer frame of `daemon` as `Ok(result)` or the error it carries.
@@ -297,6 +573,131 @@ mod tests {
         assert_eq!(
             server.join().unwrap(),
             json!({"method": "echo", "args": ["hi"]})
+        );
+    }
+
+    /// A daemon on the other end of a socket pair: reads `answers.len()`
+    /// requests, answers each with the next of `answers`, and returns the
+    /// requests it read.
+    fn fake_daemon(
+        theirs: UnixStream,
+        answers: Vec<&'static str>,
+    ) -> std::thread::JoinHandle<Vec<Value>> {
+        std::thread::spawn(move || {
+            let mut theirs = theirs;
+            let mut requests = Vec::new();
+            for answer in answers {
+                let mut request = Vec::new();
+                let mut byte = [0u8; 1];
+                while theirs.read(&mut byte).unwrap() == 1 && byte[0] != ETX {
+                    request.push(byte[0]);
+                }
+                requests.push(serde_json::from_slice::<Value>(&request).unwrap());
+                theirs.write_all(answer.as_bytes()).unwrap();
+                theirs.write_all(&[ETX]).unwrap();
+            }
+            requests
+        })
+    }
+
+    #[test]
+    fn typed_calls_send_the_enums_encoding_and_decode_the_answers() {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let mut client = Client {
+            daemon: Daemon::Luxid,
+            stream: ours,
+            reader: FrameReader::new(4096),
+        };
+        let daemon = fake_daemon(
+            theirs,
+            vec![
+                r#"{"success": true, "result": 7}"#,
+                r#"{"success": true, "result": [[true, 8], [false, "no"]]}"#,
+                r#"{"success": true, "result": [false, "Job 3 has already finished"]}"#,
+                r#"{"success": true, "result": [[["running"], []]]}"#,
+                r#"{"success": true, "result": "nochange"}"#,
+                r#"{"success": true, "result": [2, 0]}"#,
+                r#"{"success": true, "result": {"not": "a list"}}"#,
+            ],
+        );
+        let ops = json!([{"OP_ID": "OP_TEST_DELAY", "duration": 1}]);
+        assert_eq!(client.submit_job(&ops).unwrap(), 7);
+        assert_eq!(
+            client.submit_many_jobs(&[ops.clone(), json!([])]).unwrap(),
+            vec![Ok(8), Err("no".to_owned())]
+        );
+        assert_eq!(
+            client.cancel_job(3, true).unwrap(),
+            (false, "Job 3 has already finished".to_owned())
+        );
+        assert_eq!(
+            client.query_jobs(Some(&[3]), &["status"]).unwrap(),
+            vec![json!([["running"], []])]
+        );
+        assert_eq!(
+            client
+                .wait_for_job_change(3, &["status"], &Value::Null, 0, Duration::from_secs(2))
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            client
+                .auto_archive_jobs(None, Some(Duration::from_millis(500)))
+                .unwrap(),
+            (2, 0)
+        );
+        assert!(matches!(
+            client.query_jobs(None, &["id"]),
+            Err(ClientError::Protocol { .. })
+        ));
+        let requests = daemon.join().unwrap();
+        assert_eq!(
+            requests,
+            vec![
+                json!({"method": "SubmitJob", "args": [ops.clone()]}),
+                json!({"method": "SubmitManyJobs", "args": [[ops, []]]}),
+                json!({"method": "CancelJob", "args": [3, true]}),
+                json!({"method": "QueryJobs", "args": [[3], ["status"]]}),
+                json!({"method": "WaitForJobChange", "args": [3, ["status"], null, 0, 2.0]}),
+                json!({"method": "AutoArchiveJobs", "args": [-1, 0.5]}),
+                json!({"method": "QueryJobs", "args": [null, ["id"]]}),
+            ]
+        );
+    }
+
+    #[test]
+    fn lock_calls_name_the_owner_as_wconfd_reads_it() {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let mut client = Client {
+            daemon: Daemon::Wconfd,
+            stream: ours,
+            reader: FrameReader::new(4096),
+        };
+        let daemon = fake_daemon(
+            theirs,
+            vec![
+                r#"{"success": true, "result": [[1, "/l/job_000001_1", 5]]}"#,
+                r#"{"success": true, "result": []}"#,
+                r#"{"success": true, "result": true}"#,
+            ],
+        );
+        let owner = Owner::job(2, "/l/job_000002_1", 6);
+        let request = [Entry::shared(crate::locks::LockName::Bgl)];
+        client.send_await_locks(&owner, -1, &request, 1000).unwrap();
+        assert_eq!(client.receive_blockers().unwrap().len(), 1);
+        client.free_locks(&owner).unwrap();
+        assert!(matches!(
+            client.echo("x"),
+            Err(ClientError::Protocol { .. })
+        ));
+        let requests = daemon.join().unwrap();
+        assert_eq!(
+            requests,
+            vec![
+                json!({"method": "awaitLocks", "args": [[2, "/l/job_000002_1", 6], -1, [["cluster/BGL", "shared"]], 1000]}),
+                json!({"method": "freeLocks", "args": [[2, "/l/job_000002_1", 6]]}),
+                json!({"method": "echo", "args": ["x"]}),
+            ]
         );
     }
 

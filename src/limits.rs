@@ -68,11 +68,6 @@ pub const CONNECTIONS_MAX_DEFAULT: usize = 1024;
 /// connections cost at most this each instead of up to the frame limit.
 pub const CONNECTION_BUFFER_RETAINED_BYTES_MAX: usize = 64 * 1024;
 
-/// Bytes asked of a socket per read: one read takes a typical request
-/// whole, and a large frame arrives in a few reads without a large buffer
-/// per idle connection.
-pub const READ_CHUNK_BYTES: usize = 64 * 1024;
-
 /// An answer at least this large makes the daemon give its free memory
 /// back to the system once it is written (`sys::release_free_memory`): big
 /// answers are rare and built from many small allocations, and the walk
@@ -189,3 +184,88 @@ pub const QUERY_FILTER_REGEXES_MAX: usize = 16;
 /// (`^web\d+\.example\.com$` is a few KiB), far below what a pattern of
 /// repetitions could otherwise claim.
 pub const QUERY_FILTER_REGEX_BYTES_MAX: usize = 1024 * 1024;
+
+// Clients of both daemons (protocol.md).
+
+/// How long one read or write on a client's connection may block before
+/// the daemon counts as hung. Both daemons answer every request within
+/// milliseconds but a held one (`awaitLocks`, `WaitForJobChange`, at most
+/// [`WAIT_FOR_CHANGE_SECONDS_MAX`]); a held `awaitLocks` is waited for by
+/// the caller's event loop, not by a blocking read.
+pub const CLIENT_IO_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Bytes asked of a socket or a pipe per read: a frame or a burst of a
+/// program's output in a few reads, at a fixed cost per read.
+pub const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Error texts quote at most this many characters of a client's string:
+/// enough to recognise it, never a frame's worth of it in a log line.
+pub const QUOTED_CHARS_MAX: usize = 100;
+
+// The job runner (jobs.md).
+
+/// Log entries are written at most this often (status changes at once):
+/// a program printing thousands of lines costs a few file writes a
+/// second, and a watching client still sees its output promptly.
+pub const LOG_FLUSH_INTERVAL: Duration = Duration::from_millis(50);
+
+/// The timeout of one `awaitLocks` call of a runner; on timeout it asks
+/// again. Long, as a grant is answered at once, but below wconfd's limit.
+pub const AWAIT_TIMEOUT_MS: u64 = 60_000;
+
+/// How much longer than an `awaitLocks` timeout its answer may take before
+/// wconfd counts as hung.
+pub const AWAIT_ANSWER_GRACE: Duration = Duration::from_secs(30);
+
+/// An opcode whose locks are granted within this is never shown `waiting`:
+/// its `waiting` and `running` go to the job file in one write. Short
+/// against anything a watcher could act on; long enough for wconfd's
+/// answer to an uncontended request (one journal sync).
+pub const WAITING_SHOWN_AFTER: Duration = Duration::from_millis(3);
+
+/// The first pause before a runner connects to an unreachable wconfd
+/// again; it doubles up to [`WCONFD_RECONNECT_PAUSE_MAX`]. A restarted
+/// wconfd serves within milliseconds.
+pub const WCONFD_RECONNECT_PAUSE_MIN: Duration = Duration::from_millis(2);
+
+/// The longest pause between two attempts to reach wconfd: a runner
+/// waiting for a wconfd that stays down costs a connect attempt every
+/// half second, and notices its return within that.
+pub const WCONFD_RECONNECT_PAUSE_MAX: Duration = Duration::from_millis(500);
+
+/// Bytes read from one pipe of an `OP_EXEC` program before the runner
+/// looks at its other duties (the timeout, the other pipe, the log
+/// flush): a program writing without pause cannot starve them.
+pub const READ_BUDGET_BYTES: usize = 1024 * 1024;
+
+/// Read budgets spent on a pipe after the program exited, at most: what
+/// the pipe held at the exit (64 KiB by default) fits many times over.
+pub const DRAIN_AFTER_EXIT_BUDGETS: usize = 16;
+
+/// Longest socket path `bind` takes (`OP_TEST_DELAY`'s socket):
+/// `sun_path` is 108 bytes, with the terminating NUL.
+pub const SOCKET_PATH_BYTES_MAX: usize = 107;
+
+// The `warden` command.
+
+/// How long one `WaitForJobChange` may be held by `watch` on a terminal:
+/// short, so that the elapsed time on the status line moves.
+pub const WATCH_POLL_TERMINAL: Duration = Duration::from_secs(1);
+/// How long one `WaitForJobChange` may be held by `watch` elsewhere:
+/// well under [`WAIT_FOR_CHANGE_SECONDS_MAX`] and [`CLIENT_IO_TIMEOUT`].
+pub const WATCH_POLL: Duration = Duration::from_secs(30);
+
+/// How often the demo looks at the jobs and the locks.
+pub const DEMO_LOOK_INTERVAL: Duration = Duration::from_millis(25);
+/// How long the demo's jobs may take before the demo gives up on them.
+pub const DEMO_JOBS_DEADLINE: Duration = Duration::from_secs(60);
+
+/// How long a daemon the launcher started may take from spawn to
+/// answering on its socket (recovery of a large state takes about a
+/// second).
+pub const DAEMON_READY_WAIT: Duration = Duration::from_secs(30);
+/// Pause between two connection attempts while a daemon starts.
+pub const DAEMON_READY_RETRY_PAUSE: Duration = Duration::from_millis(5);
+/// How long a daemon may take to stop after SIGTERM before the launcher
+/// kills it.
+pub const DAEMON_STOP_GRACE: Duration = Duration::from_secs(10);

@@ -19,14 +19,11 @@ use rayon::prelude::*;
 
 use crate::jobs::{Job, JobId, Status, Timestamp};
 use crate::limits::{QUEUE_LOCK_RETRY_PAUSE, QUEUE_LOCK_WAIT, STALE_TEMP_AGE_MIN};
+use crate::paths::{
+    ARCHIVE_DIR, DRAIN_FILE, QUEUE_DIR, QUEUE_LOCK_FILE, SERIAL_FILE, VERSION_FILE,
+};
 use crate::store::{StoreError, atomic_write, sync_dir};
 
-pub const QUEUE_DIR: &str = "queue";
-pub const SERIAL_FILE: &str = "serial";
-pub const VERSION_FILE: &str = "version";
-pub const LOCK_FILE: &str = "lock";
-pub const DRAIN_FILE: &str = "drain";
-pub const ARCHIVE_DIR: &str = "archive";
 /// The queue format this code reads and writes.
 pub const QUEUE_VERSION: u32 = 1;
 /// Archived jobs are spread over directories of this many ids.
@@ -289,7 +286,7 @@ impl Queue {
                 Err(error) => return Err(StoreError::io(path)(error).into()),
             }
         }
-        let lock_path = dir.join(LOCK_FILE);
+        let lock_path = dir.join(QUEUE_LOCK_FILE);
         let lock = OpenOptions::new()
             .read(true)
             .write(true)

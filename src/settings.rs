@@ -32,9 +32,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::limits;
-
-/// The name of the settings file under the root directory.
-pub const SETTINGS_FILE_NAME: &str = "warden.toml";
+use crate::paths::SETTINGS_FILE;
 
 /// All settings of `warden.toml`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -296,7 +294,7 @@ impl Settings {
     /// an unknown section or key, a value of the wrong type, or a value out
     /// of range.
     pub fn load(root: &Path) -> Result<Settings, SettingsError> {
-        let path = root.join(SETTINGS_FILE_NAME);
+        let path = root.join(SETTINGS_FILE);
         let file = match std::fs::File::open(&path) {
             Ok(file) => file,
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
@@ -460,7 +458,7 @@ mod tests {
 
     fn load_text(text: &str) -> Result<Settings, SettingsError> {
         let root = tempfile::tempdir().unwrap();
-        std::fs::write(root.path().join(SETTINGS_FILE_NAME), text).unwrap();
+        std::fs::write(root.path().join(SETTINGS_FILE), text).unwrap();
         Settings::load(root.path())
     }
 
@@ -725,7 +723,7 @@ mod tests {
     fn an_unreadable_file_is_an_error_naming_it() {
         // A directory in place of the file cannot be read as text.
         let root = tempfile::tempdir().unwrap();
-        std::fs::create_dir(root.path().join(SETTINGS_FILE_NAME)).unwrap();
+        std::fs::create_dir(root.path().join(SETTINGS_FILE)).unwrap();
         let error = Settings::load(root.path()).unwrap_err();
         assert!(matches!(error, SettingsError::Read { .. }), "{error}");
         assert!(error.to_string().contains("warden.toml"), "{error}");
@@ -734,7 +732,7 @@ mod tests {
     #[test]
     fn invalid_utf8_is_an_error_naming_the_file() {
         let root = tempfile::tempdir().unwrap();
-        std::fs::write(root.path().join(SETTINGS_FILE_NAME), b"[wconfd]\n\xff\n").unwrap();
+        std::fs::write(root.path().join(SETTINGS_FILE), b"[wconfd]\n\xff\n").unwrap();
         let error = Settings::load(root.path()).unwrap_err();
         assert!(error.to_string().contains("warden.toml"), "{error}");
     }

@@ -4,7 +4,7 @@
 //! waits, a summary, and a clean shutdown. Exits 0 only if every job ended
 //! as expected.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{Value, json};
 
@@ -13,6 +13,7 @@ use super::launcher::{Daemons, Logs};
 use super::output::{Cell, Output, Style, duration, timestamp_secs};
 use super::{CliError, CliResult, Exit, connect};
 use crate::client::Daemon;
+use crate::limits::{DEMO_JOBS_DEADLINE, DEMO_LOOK_INTERVAL};
 
 /// The example jobs, as `jobs/` holds them, in the order the demo submits
 /// them, with the status each job must end with.
@@ -38,11 +39,6 @@ pub const EXAMPLES: [(&str, &str, &[&str]); 4] = [
         &["success"],
     ),
 ];
-
-/// How often the demo looks at the jobs and the locks.
-const LOOK_INTERVAL: Duration = Duration::from_millis(25);
-/// How long the jobs may take before the demo gives up on them.
-const JOBS_DEADLINE: Duration = Duration::from_secs(60);
 
 /// One submitted job of the demo.
 struct DemoJob {
@@ -158,8 +154,8 @@ fn tour(output: &Output, say: &dyn Fn(&str), daemons: &Daemons) -> CliResult<Vec
     let submitted = Instant::now();
     let mut lock_table_shown = false;
     loop {
-        let rows = luxid.call("QueryJobs", json!([ids, ["id", "status", "oplog"]]))?;
-        for (job, row) in jobs.iter_mut().zip(rows.as_array().into_iter().flatten()) {
+        let rows = luxid.query_jobs(Some(&ids), &["id", "status", "oplog"])?;
+        for (job, row) in jobs.iter_mut().zip(&rows) {
             let status = text(row.get(1));
             if status != job.status {
                 let at = duration(submitted.elapsed().as_secs_f64());
@@ -178,7 +174,7 @@ fn tour(output: &Output, say: &dyn Fn(&str), daemons: &Daemons) -> CliResult<Vec
             }
         }
         if !lock_table_shown {
-            let waiters = wconfd.call("listWaiters", json!([]))?;
+            let waiters = wconfd.list_waiters()?;
             if waiters
                 .as_array()
                 .is_some_and(|waiters| !waiters.is_empty())
@@ -200,29 +196,29 @@ fn tour(output: &Output, say: &dyn Fn(&str), daemons: &Daemons) -> CliResult<Vec
         if finished {
             break;
         }
-        if submitted.elapsed() > JOBS_DEADLINE {
+        if submitted.elapsed() > DEMO_JOBS_DEADLINE {
             return Err(CliError::new(
                 Exit::Unsuccessful,
                 format!(
                     "the jobs did not finish within {} s{}",
-                    JOBS_DEADLINE.as_secs(),
+                    DEMO_JOBS_DEADLINE.as_secs(),
                     daemons.log_hint(Daemon::Luxid)
                 ),
             ));
         }
-        std::thread::sleep(LOOK_INTERVAL);
+        std::thread::sleep(DEMO_LOOK_INTERVAL);
     }
     if !lock_table_shown {
         say("  (no job was caught waiting for a lock this time: the machine was quick)");
     }
     say("\nsummary:");
-    let rows = luxid.call(
-        "QueryJobs",
-        json!([ids, ["summary", "received_ts", "start_ts", "end_ts"]]),
+    let rows = luxid.query_jobs(
+        Some(&ids),
+        &["summary", "received_ts", "start_ts", "end_ts"],
     )?;
     let table: Vec<Vec<Cell>> = jobs
         .iter()
-        .zip(rows.as_array().into_iter().flatten())
+        .zip(&rows)
         .map(|(job, row)| {
             let at = |index: usize| row.get(index).and_then(timestamp_secs);
             let span = |from: Option<f64>, to: Option<f64>| match (from, to) {

@@ -12,11 +12,8 @@ use super::output::{Cell, Output, Style, duration, now_secs, timestamp_secs, utc
 use super::{CliError, CliResult, Exit, connect};
 use crate::client::{Client, Daemon};
 use crate::jobs::{FIELDS, Status};
-
-/// How long one `WaitForJobChange` may be held by `watch`: on a terminal
-/// short, so that the elapsed time on the status line moves.
-const WATCH_POLL_TERMINAL: Duration = Duration::from_secs(1);
-const WATCH_POLL: Duration = Duration::from_secs(30);
+use crate::limits::{WATCH_POLL, WATCH_POLL_TERMINAL};
+use crate::protocol::luxi::LuxiRequest;
 
 #[derive(clap::Args, Debug)]
 pub struct ExecArgs {
@@ -107,23 +104,16 @@ fn classify(document: &Value) -> CliResult<JobFile<'_>> {
 /// `SubmitManyJobs`, so relative dependencies resolve among them.
 pub fn submit_document(luxid: &mut Client, document: &Value) -> CliResult<Vec<u64>> {
     match classify(document)? {
-        JobFile::One(ops) => {
-            let id = luxid.call("SubmitJob", json!([ops]))?;
-            Ok(vec![job_id(&id)?])
-        }
+        JobFile::One(ops) => Ok(vec![luxid.submit_job(ops)?]),
         JobFile::Many(jobs) => {
-            let answer = luxid.call("SubmitManyJobs", json!([jobs]))?;
             let mut ids = Vec::new();
             let mut refusals = Vec::new();
-            for (index, entry) in answer.as_array().into_iter().flatten().enumerate() {
-                match entry.as_array().map(Vec::as_slice) {
-                    Some([Value::Bool(true), id]) => ids.push(job_id(id)?),
-                    Some([Value::Bool(false), message]) => refusals.push(format!(
-                        "job {} of the file: {}",
-                        index + 1,
-                        message.as_str().unwrap_or("refused")
-                    )),
-                    _ => return Err(malformed("SubmitManyJobs", &answer)),
+            for (index, entry) in luxid.submit_many_jobs(jobs)?.into_iter().enumerate() {
+                match entry {
+                    Ok(id) => ids.push(id),
+                    Err(message) => {
+                        refusals.push(format!("job {} of the file: {message}", index + 1))
+                    }
                 }
             }
             if refusals.is_empty() {
@@ -166,7 +156,7 @@ fn join_ids(ids: &[u64]) -> String {
 pub fn exec(root: &Path, output: &Output, args: &ExecArgs) -> CliResult<Exit> {
     let opcode = exec_opcode(args)?;
     let mut luxid = connect(root, Daemon::Luxid)?;
-    let id = job_id(&luxid.call("SubmitJob", json!([[opcode]]))?)?;
+    let id = luxid.submit_job(&json!([opcode]))?;
     if args.watch {
         if !output.json {
             output.line(&format!("submitted job {id}"));
@@ -278,10 +268,8 @@ pub fn list(root: &Path, output: &Output, statuses: &[String], archived: bool) -
         &LIST_FIELDS[..LIST_FIELDS.len() - 1]
     };
     let mut luxid = connect(root, Daemon::Luxid)?;
-    let rows = luxid.call("QueryJobs", json!([null, fields]))?;
+    let rows = luxid.query_jobs(None, fields)?;
     let jobs: Vec<Map<String, Value>> = rows
-        .as_array()
-        .ok_or_else(|| malformed("QueryJobs", &rows))?
         .iter()
         .map(|row| named_row(fields, row))
         .filter(|job| {
@@ -431,12 +419,15 @@ pub fn info(root: &Path, output: &Output, id: u64) -> CliResult {
 }
 
 /// The job's fields as an object; an unknown job is refused.
-fn query_one(luxid: &mut Client, id: u64, fields: &[&str]) -> CliResult<Map<String, Value>> {
-    let rows = luxid.call("QueryJobs", json!([[id], fields]))?;
+fn query_one(
+    luxid: &mut Client,
+    id: u64,
+    fields: &[&'static str],
+) -> CliResult<Map<String, Value>> {
+    let rows = luxid.query_jobs(Some(&[id]), fields)?;
     let row = rows
-        .as_array()
-        .and_then(|rows| rows.first())
-        .ok_or_else(|| malformed("QueryJobs", &rows))?;
+        .first()
+        .ok_or_else(|| malformed("QueryJobs", &Value::Array(Vec::new())))?;
     let job = named_row(fields, row);
     if job.get("status").is_none_or(Value::is_null) {
         return Err(unknown_job(id));
@@ -492,10 +483,13 @@ pub fn follow(luxid: &mut Client, output: &Output, id: u64) -> CliResult<Exit> {
     } else {
         loop {
             let answer = luxid
-                .call(
-                    "WaitForJobChange",
-                    json!([id, ["status"], previous, log_serial, poll.as_secs_f64()]),
-                )
+                .luxi(&LuxiRequest::WaitForJobChange {
+                    id,
+                    fields: vec!["status"],
+                    previous: previous.clone(),
+                    log_serial,
+                    timeout: poll,
+                })
                 .map_err(|error| match CliError::from(error) {
                     error if error.exit == Exit::Refused => unknown_job(id),
                     error => error,
@@ -652,9 +646,7 @@ fn log_event(entry: &Value) -> Value {
 /// `cancel ID [--kill]`.
 pub fn cancel(root: &Path, output: &Output, id: u64, kill: bool) -> CliResult {
     let mut luxid = connect(root, Daemon::Luxid)?;
-    let args = if kill { json!([id, true]) } else { json!([id]) };
-    let answer = luxid.call("CancelJob", args)?;
-    let (done, message) = success_and_message("CancelJob", &answer)?;
+    let (done, message) = luxid.cancel_job(id, kill)?;
     if !done && !kill && message.contains("no longer waiting") {
         return Err(CliError::refused(format!(
             "{message}; its running program goes on: `warden cancel --kill {id}` stops it"
@@ -677,7 +669,7 @@ pub fn cancel(root: &Path, output: &Output, id: u64, kill: bool) -> CliResult {
 /// `archive ID`.
 pub fn archive(root: &Path, output: &Output, id: u64) -> CliResult {
     let mut luxid = connect(root, Daemon::Luxid)?;
-    if luxid.call("ArchiveJob", json!([id]))? != Value::Bool(true) {
+    if !luxid.archive_job(id)? {
         let status = query_one(&mut luxid, id, &["status"])?;
         return Err(CliError::refused(format!(
             "job {id} is {} and cannot be archived until it finishes",
@@ -697,10 +689,9 @@ pub fn autoarchive(root: &Path, output: &Output, age: &str) -> CliResult {
     let seconds = parse_age(age)?;
     let mut luxid = connect(root, Daemon::Luxid)?;
     // No time limit: archive every candidate now (-1, as Ganeti's).
-    let answer = luxid.call("AutoArchiveJobs", json!([seconds, -1]))?;
-    let Some([archived, left]) = answer.as_array().map(Vec::as_slice) else {
-        return Err(malformed("AutoArchiveJobs", &answer));
-    };
+    let age =
+        (seconds >= 0.0).then(|| Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX));
+    let (archived, left) = luxid.auto_archive_jobs(age, None)?;
     if output.json {
         output.json_value(&json!({"archived": archived, "left": left}), false);
     } else {
@@ -740,8 +731,7 @@ fn parse_age(age: &str) -> CliResult<f64> {
 /// `priority ID P`.
 pub fn priority(root: &Path, output: &Output, id: u64, priority: i64) -> CliResult {
     let mut luxid = connect(root, Daemon::Luxid)?;
-    let answer = luxid.call("ChangeJobPriority", json!([id, priority]))?;
-    let (done, message) = success_and_message("ChangeJobPriority", &answer)?;
+    let (done, message) = luxid.change_job_priority(id, priority)?;
     if !done {
         return Err(CliError::refused(message));
     }
@@ -759,7 +749,7 @@ pub fn priority(root: &Path, output: &Output, id: u64, priority: i64) -> CliResu
 /// `drain on|off`.
 pub fn drain(root: &Path, output: &Output, drained: bool) -> CliResult {
     let mut luxid = connect(root, Daemon::Luxid)?;
-    luxid.call("SetDrainFlag", json!([drained]))?;
+    luxid.set_drain_flag(drained)?;
     if output.json {
         output.json_value(&json!({ "drained": drained }), false);
     } else if drained {
@@ -768,23 +758,6 @@ pub fn drain(root: &Path, output: &Output, drained: bool) -> CliResult {
         output.line("queue open: submissions are accepted");
     }
     Ok(())
-}
-
-/// `[bool, message]`, as CancelJob and ChangeJobPriority answer.
-fn success_and_message(method: &str, answer: &Value) -> CliResult<(bool, String)> {
-    match answer.as_array().map(Vec::as_slice) {
-        Some([Value::Bool(done), Value::String(message)]) => Ok((*done, message.clone())),
-        _ => Err(malformed(method, answer)),
-    }
-}
-
-fn job_id(value: &Value) -> CliResult<u64> {
-    match value {
-        Value::Number(number) => number.as_u64(),
-        Value::String(digits) => digits.parse().ok(),
-        _ => None,
-    }
-    .ok_or_else(|| malformed("a submission", value))
 }
 
 fn malformed(method: &str, answer: &Value) -> CliError {

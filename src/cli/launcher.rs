@@ -20,15 +20,8 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use super::output::Output;
 use super::{CliError, CliResult, Exit};
 use crate::client::{Client, Daemon};
+use crate::limits::{DAEMON_READY_RETRY_PAUSE, DAEMON_READY_WAIT, DAEMON_STOP_GRACE};
 use crate::sys;
-
-/// How long a daemon may take from spawn to answering on its socket
-/// (recovery of a large state takes about a second).
-const READY_WAIT: Duration = Duration::from_secs(30);
-/// Pause between two connection attempts while a daemon starts.
-const READY_RETRY_PAUSE: Duration = Duration::from_millis(5);
-/// How long a daemon may take to stop after SIGTERM before it is killed.
-const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// The binaries the launcher starts; they live beside `warden`.
 const DAEMON_BINARIES: [&str; 3] = ["wconfd", "luxid", "job-runner"];
@@ -146,7 +139,7 @@ impl Daemons {
             child,
             pidfd,
         });
-        let deadline = Instant::now() + READY_WAIT;
+        let deadline = Instant::now() + DAEMON_READY_WAIT;
         loop {
             if Client::connect(&self.root, daemon, 4096).is_ok() {
                 return Ok(());
@@ -163,11 +156,11 @@ impl Daemons {
                 return Err(CliError::failure(format!(
                     "{name} did not answer on {} within {} s{}",
                     self.root.join(daemon.socket_path()).display(),
-                    READY_WAIT.as_secs(),
+                    DAEMON_READY_WAIT.as_secs(),
                     self.log_hint(daemon)
                 )));
             }
-            std::thread::sleep(READY_RETRY_PAUSE);
+            std::thread::sleep(DAEMON_READY_RETRY_PAUSE);
         }
     }
 
@@ -194,7 +187,7 @@ impl Daemons {
     }
 
     /// Stops the daemons, luxid first, each by SIGTERM and, if it does not
-    /// stop within [`STOP_GRACE`], SIGKILL. Returns what each one's exit was.
+    /// stop within [`DAEMON_STOP_GRACE`], SIGKILL. Returns what each one's exit was.
     pub fn stop(&mut self) -> Vec<(Daemon, ExitStatus)> {
         let mut stopped = Vec::new();
         while let Some(mut running) = self.running.pop() {
@@ -261,11 +254,11 @@ fn stop_child(running: &mut Running) -> ExitStatus {
         return status;
     }
     let _ = sys::send_signal(running.pid(), Signal::SIGTERM);
-    if !wait_readable(&running.pidfd, STOP_GRACE) {
+    if !wait_readable(&running.pidfd, DAEMON_STOP_GRACE) {
         eprintln!(
             "warden: {} did not stop within {} s of SIGTERM; killing it",
             running.daemon.name(),
-            STOP_GRACE.as_secs()
+            DAEMON_STOP_GRACE.as_secs()
         );
         let _ = running.child.kill();
     }

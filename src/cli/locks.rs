@@ -72,7 +72,7 @@ fn read_table(wconfd: &mut Client) -> CliResult<Table> {
             "wconfd answered {method} with something unexpected: {answer}"
         ))
     };
-    let owners = wconfd.call("listAllLocksOwners", json!([]))?;
+    let owners = wconfd.list_all_locks_owners()?;
     let locks = owners
         .as_array()
         .ok_or_else(|| malformed("listAllLocksOwners", &owners))?
@@ -89,7 +89,7 @@ fn read_table(wconfd: &mut Client) -> CliResult<Table> {
         })
         .collect::<Option<Vec<Lock>>>()
         .ok_or_else(|| malformed("listAllLocksOwners", &owners))?;
-    let listed = wconfd.call("listWaiters", json!([]))?;
+    let listed = wconfd.list_waiters()?;
     let waiters = listed
         .as_array()
         .ok_or_else(|| malformed("listWaiters", &listed))?
@@ -369,14 +369,14 @@ fn tree_json(table: &Table, owner: &Owner, path: &mut BTreeSet<Owner>) -> Value 
 /// `status`: exits 0 when both daemons answer, 3 otherwise.
 pub fn status(root: &Path, output: &Output) -> CliResult<Exit> {
     let wconfd = connect(root, Daemon::Wconfd).and_then(|mut wconfd| {
-        wconfd.call("echo", json!(["status"]))?;
+        wconfd.echo("status")?;
         let table = read_table(&mut wconfd)?;
         Ok(table)
     });
     let luxid = connect(root, Daemon::Luxid).and_then(|mut luxid| {
-        let drained = luxid.call("QueryConfigValues", json!([["drain_flag"]]))?;
-        let rows = luxid.call("QueryJobs", json!([null, ["status"]]))?;
-        Ok((drained.get(0) == Some(&Value::Bool(true)), rows))
+        let drained = luxid.query_config_values(&["drain_flag"])?;
+        let rows = Value::Array(luxid.query_jobs(None, &["status"])?);
+        Ok((drained.first() == Some(&Value::Bool(true)), rows))
     });
     let mut jobs = serde_json::Map::new();
     for status in Status::ALL {

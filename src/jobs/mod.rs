@@ -3,6 +3,7 @@
 //! and query fields are computed from its opcodes, never stored twice.
 
 pub mod opcode;
+pub mod runner_contract;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -11,14 +11,13 @@ mod server;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::paths::{LIVELOCK_DIR, LUXID_SOCKET_PATH, SOCKET_DIR};
 use crate::queue::{Queue, QueueError};
 use crate::settings::{Settings, SettingsError};
 use crate::store::StoreError;
 
 pub use server::Server;
 
-/// Socket path under the root.
-pub const SOCKET_PATH: &str = "socket/luxid.sock";
 /// The runner's executable name, looked up beside luxid's own.
 pub const RUNNER_NAME: &str = "job-runner";
 
@@ -60,8 +59,8 @@ pub fn start(root: &Path) -> Result<Server, DaemonError> {
         .canonicalize()
         .map_err(io_error("cannot resolve the root", root))?;
     let settings = Settings::load(root)?;
-    make_dir(&root.join("socket"), 0o750)?;
-    let livelock_dir = root.join(crate::wconfd::LIVELOCK_DIR);
+    make_dir(&root.join(SOCKET_DIR), 0o750)?;
+    let livelock_dir = root.join(LIVELOCK_DIR);
     make_dir(&livelock_dir, 0o770)?;
     let runner = match &settings.luxid.runner_path {
         Some(path) => path.clone(),
@@ -106,7 +105,7 @@ pub fn start(root: &Path) -> Result<Server, DaemonError> {
         livelock,
     )?;
     server.recover()?;
-    let socket_path = root.join(SOCKET_PATH);
+    let socket_path = root.join(LUXID_SOCKET_PATH);
     server.bind(&socket_path)?;
     tracing::info!(socket = %socket_path.display(), "luxid ready");
     Ok(server)

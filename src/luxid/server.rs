@@ -38,12 +38,12 @@ use crate::client::{Client as WconfdClient, ClientError, Daemon};
 use crate::connection::{self, Connections, Handler, Peer, Reply};
 use crate::daemon::{self, Admission};
 use crate::jobs::opcode::{self, SUBMIT_PRIORITIES};
+use crate::jobs::runner_contract::{Start, WAIT_FOR_COMMIT_FLAG};
 use crate::jobs::{FIELDS, Job, JobId, QueuedOpcode, Status, Timestamp};
 use crate::limits::WAIT_FOR_CHANGE_SECONDS_MAX;
 use crate::liveness::{self, Livelock};
 use crate::protocol::{Args, WireError, parse_request};
 use crate::queue::{self, FinishedJob, Queue, parse_job_file_name};
-use crate::runner::{Start, WAIT_FOR_COMMIT_FLAG};
 use crate::settings::Settings;
 use crate::sys;
 

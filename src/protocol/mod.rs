@@ -6,10 +6,13 @@
 #[cfg(test)]
 pub mod arbitrary;
 pub mod frame;
+pub mod luxi;
 pub mod query;
 pub mod wconfd;
 
 use serde_json::{Value, json};
+
+use crate::limits::QUOTED_CHARS_MAX;
 
 pub use frame::{ETX, FrameError, FrameReader};
 
@@ -164,9 +167,6 @@ impl<'a> Args<'a> {
             .ok_or_else(|| self.bad(index, "is not a list"))
     }
 }
-
-/// Error texts quote at most this many characters of a client's string.
-const QUOTED_CHARS_MAX: usize = 100;
 
 /// A client's string as an error text quotes it: at most
 /// [`QUOTED_CHARS_MAX`] characters, then `...`.

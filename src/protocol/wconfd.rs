@@ -264,6 +264,99 @@ impl WconfdRequest {
     }
 }
 
+impl WconfdRequest {
+    /// The method's name on the wire.
+    pub fn method(&self) -> &'static str {
+        use WconfdRequest::*;
+        match self {
+            Echo(_) => "echo",
+            CleanupLocks => "cleanupLocks",
+            ReadConfig => "readConfig",
+            WriteConfig { .. } => "writeConfig",
+            VerifyConfig => "verifyConfig",
+            LockConfig { .. } => "lockConfig",
+            UnlockConfig { .. } => "unlockConfig",
+            WriteConfigAndUnlock { .. } => "writeConfigAndUnlock",
+            FlushConfig => "flushConfig",
+            ListLocks { .. } => "listLocks",
+            ListAllLocks => "listAllLocks",
+            ListAllLocksOwners => "listAllLocksOwners",
+            ListLocksWaitingStatus => "listLocksWaitingStatus",
+            ListWaiters => "listWaiters",
+            TryUpdateLocks { .. } => "tryUpdateLocks",
+            UpdateLocksWaiting { .. } => "updateLocksWaiting",
+            AwaitLocks { .. } => "awaitLocks",
+            HasPendingRequest { .. } => "hasPendingRequest",
+            FreeLocks { .. } => "freeLocks",
+            FreeLocksLevel { .. } => "freeLocksLevel",
+            DownGradeLocksLevel { .. } => "downGradeLocksLevel",
+            IntersectLocks { .. } => "intersectLocks",
+            OpportunisticLockUnion { .. } => "opportunisticLockUnion",
+            GuardedOpportunisticLockUnion { .. } => "guardedOpportunisticLockUnion",
+        }
+    }
+
+    /// The request as a client sends it.
+    pub fn encode(&self) -> Request {
+        use WconfdRequest::*;
+        let entries = |request: &[Entry]| -> Value {
+            Value::Array(request.iter().map(encode_entry).collect())
+        };
+        let args = match self {
+            Echo(text) => vec![json!(text)],
+            CleanupLocks
+            | ReadConfig
+            | VerifyConfig
+            | FlushConfig
+            | ListAllLocks
+            | ListAllLocksOwners
+            | ListLocksWaitingStatus
+            | ListWaiters => Vec::new(),
+            WriteConfig { owner, config } | WriteConfigAndUnlock { owner, config } => {
+                vec![encode_owner(owner), config.clone()]
+            }
+            LockConfig { owner, shared } => vec![encode_owner(owner), json!(shared)],
+            UnlockConfig { owner }
+            | ListLocks { owner }
+            | HasPendingRequest { owner }
+            | FreeLocks { owner } => vec![encode_owner(owner)],
+            TryUpdateLocks { owner, request } => vec![encode_owner(owner), entries(request)],
+            UpdateLocksWaiting {
+                owner,
+                priority,
+                request,
+            } => vec![encode_owner(owner), json!(priority), entries(request)],
+            AwaitLocks {
+                owner,
+                priority,
+                request,
+                timeout_ms,
+            } => vec![
+                encode_owner(owner),
+                json!(priority),
+                entries(request),
+                json!(timeout_ms),
+            ],
+            FreeLocksLevel { owner, level } | DownGradeLocksLevel { owner, level } => {
+                vec![encode_owner(owner), json!(level.as_str())]
+            }
+            IntersectLocks { owner, locks } => vec![encode_owner(owner), encode_locks(locks)],
+            OpportunisticLockUnion { owner, wanted } => {
+                vec![encode_owner(owner), encode_lock_modes(wanted)]
+            }
+            GuardedOpportunisticLockUnion {
+                count,
+                owner,
+                wanted,
+            } => vec![json!(count), encode_owner(owner), encode_lock_modes(wanted)],
+        };
+        Request {
+            method: self.method().to_owned(),
+            args,
+        }
+    }
+}
+
 fn nothing(_: Args<'_>, request: WconfdRequest) -> WconfdRequest {
     request
 }
@@ -744,64 +837,31 @@ mod tests {
         ]
     }
 
-    /// A typed request as a client sends it.
-    fn encode_request(request: &WconfdRequest) -> (&'static str, Value) {
+    /// The requests [`request_strategy`] leaves out: those without
+    /// arguments, the configuration writes and the plain owner ones.
+    fn other_request_strategy() -> impl Strategy<Value = WconfdRequest> {
         use WconfdRequest::*;
-        let entries = |request: &[Entry]| -> Value {
-            Value::Array(request.iter().map(encode_entry).collect())
+        let config = || {
+            proptest::collection::btree_map("[a-z_]{1,8}", any::<i64>(), 0..4)
+                .prop_map(|fields| json!(fields))
         };
-        match request {
-            Echo(text) => ("echo", json!([text])),
-            ListLocks { owner } => ("listLocks", json!([encode_owner(owner)])),
-            FreeLocks { owner } => ("freeLocks", json!([encode_owner(owner)])),
-            LockConfig { owner, shared } => ("lockConfig", json!([encode_owner(owner), shared])),
-            TryUpdateLocks { owner, request } => (
-                "tryUpdateLocks",
-                json!([encode_owner(owner), entries(request)]),
-            ),
-            UpdateLocksWaiting {
-                owner,
-                priority,
-                request,
-            } => (
-                "updateLocksWaiting",
-                json!([encode_owner(owner), priority, entries(request)]),
-            ),
-            AwaitLocks {
-                owner,
-                priority,
-                request,
-                timeout_ms,
-            } => (
-                "awaitLocks",
-                json!([encode_owner(owner), priority, entries(request), timeout_ms]),
-            ),
-            FreeLocksLevel { owner, level } => (
-                "freeLocksLevel",
-                json!([encode_owner(owner), level.as_str()]),
-            ),
-            DownGradeLocksLevel { owner, level } => (
-                "downGradeLocksLevel",
-                json!([encode_owner(owner), level.as_str()]),
-            ),
-            IntersectLocks { owner, locks } => (
-                "intersectLocks",
-                json!([encode_owner(owner), encode_locks(locks)]),
-            ),
-            OpportunisticLockUnion { owner, wanted } => (
-                "opportunisticLockUnion",
-                json!([encode_owner(owner), encode_lock_modes(wanted)]),
-            ),
-            GuardedOpportunisticLockUnion {
-                count,
-                owner,
-                wanted,
-            } => (
-                "guardedOpportunisticLockUnion",
-                json!([count, encode_owner(owner), encode_lock_modes(wanted)]),
-            ),
-            other => panic!("not generated: {other:?}"),
-        }
+        prop_oneof![
+            proptest::sample::select(vec![
+                CleanupLocks,
+                ReadConfig,
+                VerifyConfig,
+                FlushConfig,
+                ListAllLocks,
+                ListAllLocksOwners,
+                ListLocksWaitingStatus,
+                ListWaiters,
+            ]),
+            (owner_strategy(), config()).prop_map(|(owner, config)| WriteConfig { owner, config }),
+            (owner_strategy(), config())
+                .prop_map(|(owner, config)| WriteConfigAndUnlock { owner, config }),
+            owner_strategy().prop_map(|owner| UnlockConfig { owner }),
+            owner_strategy().prop_map(|owner| HasPendingRequest { owner }),
+        ]
     }
 
     proptest! {
@@ -835,9 +895,12 @@ mod tests {
         /// What a client encodes from a valid request decodes back to it,
         /// through the wire's bytes.
         #[test]
-        fn valid_requests_round_trip(request in request_strategy()) {
-            let (method, args) = encode_request(&request);
-            let bytes = serde_json::to_vec(&json!({"method": method, "args": args}))
+        fn valid_requests_round_trip(
+            request in prop_oneof![request_strategy(), other_request_strategy()]
+        ) {
+            let encoded = request.encode();
+            prop_assert_eq!(encoded.method.as_str(), request.method());
+            let bytes = serde_json::to_vec(&json!({"method": encoded.method, "args": encoded.args}))
                 .expect("JSON to a Vec");
             let parsed = crate::protocol::parse_request(&bytes).expect("a valid request");
             prop_assert_eq!(WconfdRequest::decode(&parsed, &LIMITS), Ok(request));

@@ -13,13 +13,10 @@ use serde_json::{Value, json};
 
 use super::{Context, OpResult, RunnerError, exec_error, prereq_error, remove_if_present};
 use crate::jobs::opcode::TestDelay;
+use crate::limits::SOCKET_PATH_BYTES_MAX;
 
 const LISTENER: Token = Token(10);
 const CONNECTION: Token = Token(11);
-
-/// Longest socket path `bind` takes: `sun_path` is 108 bytes, with the
-/// terminating NUL.
-pub const SOCKET_PATH_BYTES_MAX: usize = 107;
 
 /// The log entry type of the socket path (Ganeti's `ELOG_DELAY_TEST`).
 pub const LOG_DELAY_TEST: &str = "delay-test";

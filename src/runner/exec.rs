@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 use super::log::LineSplitter;
 use super::{Context, OpResult, RunnerError};
 use crate::jobs::opcode::Exec;
+use crate::limits::{DRAIN_AFTER_EXIT_BUDGETS, READ_BUDGET_BYTES, READ_CHUNK_BYTES};
 use crate::sys;
 
 const CHILD: Token = Token(20);
@@ -38,18 +39,6 @@ const STDIN: Token = Token(23);
 
 /// `PATH` of a program's minimal environment.
 pub const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
-/// Bytes read from one pipe before the runner looks at its other duties
-/// (the timeout, the other pipe, the log flush): a program writing without
-/// pause cannot starve them.
-const READ_BUDGET_BYTES: usize = 1024 * 1024;
-
-/// Read budgets spent on a pipe after the program exited, at most: what
-/// the pipe held at the exit (64 KiB by default) fits many times over.
-const DRAIN_AFTER_EXIT_BUDGETS: usize = 16;
-
-/// Bytes asked of a pipe per read.
-const READ_CHUNK_BYTES: usize = 64 * 1024;
 
 /// How a program ended, as the opcode's result records it.
 #[derive(Clone, Copy, Debug, PartialEq)]

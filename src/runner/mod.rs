@@ -61,46 +61,24 @@ use signal_hook_mio::v1_0::Signals;
 
 use crate::client::{Client, ClientError, Daemon};
 use crate::jobs::opcode::{self, OpKind, Opcode};
+use crate::jobs::runner_contract::{EXIT_JOB_FILE_UNWRITABLE, EXIT_NO_LIVELOCK, Start};
 use crate::jobs::{Job, JobId, LOG_MESSAGE, Status, Timestamp};
+use crate::limits::{
+    AWAIT_ANSWER_GRACE, AWAIT_TIMEOUT_MS, LOG_FLUSH_INTERVAL, WAITING_SHOWN_AFTER,
+    WCONFD_RECONNECT_PAUSE_MAX, WCONFD_RECONNECT_PAUSE_MIN,
+};
 use crate::liveness::{Livelock, job_livelock_name};
-use crate::locks::{LockName, Mode};
-use crate::protocol::wconfd::encode_lock_modes;
-use crate::queue::{self, QUEUE_DIR};
+use crate::locks::{Entry, LockName, Mode, Owner};
+use crate::paths::{LIVELOCK_DIR, QUEUE_DIR, SOCKET_DIR};
+use crate::queue;
 use crate::settings::Settings;
 use crate::store::StoreError;
-use crate::wconfd::LIVELOCK_DIR;
+
+// Until luxid's shell names them at their home.
+pub use crate::jobs::runner_contract::{WAIT_FOR_COMMIT_FLAG, exit_cause, livelock_secs};
 
 use self::dependency::Verdict;
 use self::log::JobLog;
-
-/// Log entries are written at most this often (status changes at once):
-/// a program printing thousands of lines costs a few file writes a
-/// second, and a watching client still sees its output promptly.
-pub const LOG_FLUSH_INTERVAL: Duration = Duration::from_millis(50);
-
-/// The timeout of one `awaitLocks` call; on timeout the runner asks again.
-/// Long, as a grant is answered at once, but below wconfd's limit.
-const AWAIT_TIMEOUT_MS: u64 = 60_000;
-
-/// An opcode whose locks are granted within this is never shown `waiting`:
-/// its `waiting` and `running` go to the job file in one write. Short
-/// against anything a watcher could act on; long enough for wconfd's
-/// answer to an uncontended request (one journal sync).
-const WAITING_SHOWN_AFTER: Duration = Duration::from_millis(3);
-
-/// The first pause before connecting to an unreachable wconfd again; it
-/// doubles up to [`WCONFD_RECONNECT_PAUSE_MAX`]. A restarted wconfd
-/// serves within milliseconds.
-const WCONFD_RECONNECT_PAUSE_MIN: Duration = Duration::from_millis(2);
-
-/// The longest pause between two attempts to reach wconfd: a runner
-/// waiting for a wconfd that stays down costs a connect attempt every
-/// half second, and notices its return within that.
-const WCONFD_RECONNECT_PAUSE_MAX: Duration = Duration::from_millis(500);
-
-/// How much longer than an `awaitLocks` timeout its answer may take before
-/// wconfd counts as hung.
-const AWAIT_ANSWER_GRACE: Duration = Duration::from_secs(30);
 
 /// The result of canceled opcodes, as Ganeti writes it.
 const CANCELED_RESULT: &str = "Job canceled by request";
@@ -152,12 +130,6 @@ pub enum RunnerError {
     Poll(io::Error),
 }
 
-/// The exit status of a runner that could not write its job file (a full
-/// or read-only disk): luxid ends the job `error` saying so.
-pub const EXIT_JOB_FILE_UNWRITABLE: u8 = 3;
-/// The exit status of a runner that could not create its livelock.
-pub const EXIT_NO_LIVELOCK: u8 = 4;
-
 impl RunnerError {
     /// The runner's exit status for this error: the causes luxid can name
     /// in the job have their own, the rest are 1.
@@ -168,31 +140,6 @@ impl RunnerError {
             _ => 1,
         }
     }
-}
-
-/// What a runner's exit status says it died of, for the job's error
-/// (the runner's own message is in luxid's log, its stderr).
-pub fn exit_cause(code: i32) -> Option<&'static str> {
-    match u8::try_from(code).ok()? {
-        EXIT_JOB_FILE_UNWRITABLE => Some("could not write the job file (see luxid's log)"),
-        EXIT_NO_LIVELOCK => Some("could not create its livelock (see luxid's log)"),
-        _ => None,
-    }
-}
-
-/// The runner's option that makes it wait for luxid's word before it acts
-/// ([`Start::AfterCommit`]).
-pub const WAIT_FOR_COMMIT_FLAG: &str = "--wait-for-commit";
-
-/// When a runner may act on its job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Start {
-    /// The job is durable: at once.
-    Now,
-    /// luxid is still making the job's submission durable: once a byte
-    /// arrives on stdin. The end of stdin without one means the job must
-    /// be left alone.
-    AfterCommit,
 }
 
 /// Runs job `id` of `root` to its end (see the module documentation).
@@ -270,13 +217,6 @@ fn committed() -> bool {
     }
 }
 
-/// The seconds in a job's livelock name: those of its submission (0 for a
-/// job file without them). luxid finds a runner's livelock by the same
-/// rule.
-pub fn livelock_secs(job: &Job) -> u64 {
-    job.received_timestamp.map_or(0, |received| received.0)
-}
-
 /// The runner's life while it holds its livelock (the job file is read
 /// again: another runner may have finished it meanwhile).
 fn run_holding(
@@ -318,7 +258,7 @@ fn run_holding(
     let mut runner = Runner {
         root: root.to_owned(),
         id,
-        owner: json!([id, livelock_path, std::process::id()]),
+        owner: Owner::job(id, livelock_path.clone(), std::process::id()),
         frame_bytes_max: Settings::default().wconfd.frame_bytes_max,
         wconfd: None,
         used_wconfd: false,
@@ -587,8 +527,8 @@ type OpResult = Result<Value, Value>;
 struct Runner {
     root: PathBuf,
     id: JobId,
-    /// `[job_id, livelock, pid]`, the runner as a lock owner.
-    owner: Value,
+    /// The runner as a lock owner: its job, livelock and pid.
+    owner: Owner,
     frame_bytes_max: usize,
     wconfd: Option<Client>,
     /// Whether a lock request was ever sent (the final `freeLocks` is only
@@ -694,7 +634,7 @@ impl Runner {
     fn execute(&mut self, index: usize, parsed: &Opcode) -> Result<OpResult, RunnerError> {
         match &parsed.kind {
             OpKind::TestDelay(delay) => {
-                delay::run(&mut self.context, index, delay, &self.root.join("socket"))
+                delay::run(&mut self.context, index, delay, &self.root.join(SOCKET_DIR))
             }
             OpKind::Exec(program) => exec::run(&mut self.context, index, program, &self.root),
         }
@@ -796,9 +736,12 @@ impl Runner {
     /// current blockers if still pending, `[]` if granted meanwhile). The
     /// opcode stays `waiting` and can be canceled meanwhile.
     fn acquire(&mut self, index: usize, locks: &[(LockName, Mode)]) -> Result<Acquired, String> {
-        let mut wanted = vec![(LockName::Bgl, Mode::Shared)];
-        wanted.extend(locks.iter().cloned());
-        let request = encode_lock_modes(&wanted);
+        let mut request = vec![Entry::shared(LockName::Bgl)];
+        request.extend(
+            locks
+                .iter()
+                .map(|(lock, mode)| Entry::new(lock.clone(), crate::locks::Action::Acquire(*mode))),
+        );
         self.used_wconfd = true;
         let mut pause = WCONFD_RECONNECT_PAUSE_MIN;
         loop {
@@ -844,7 +787,7 @@ impl Runner {
         Ok(self.context.cancel_requested)
     }
 
-    fn await_locks(&mut self, index: usize, request: &Value) -> Result<Acquired, AwaitError> {
+    fn await_locks(&mut self, index: usize, request: &[Entry]) -> Result<Acquired, AwaitError> {
         let unreachable = AwaitError::from_client;
         self.watch_wconfd().map_err(unreachable)?;
         loop {
@@ -853,9 +796,10 @@ impl Runner {
                 return Ok(Acquired::Canceled);
             }
             let priority = self.context.job.ops[index].priority;
-            let args = json!([self.owner, priority, request, AWAIT_TIMEOUT_MS]);
             let client = self.wconfd.as_mut().expect("connected above");
-            client.send("awaitLocks", args).map_err(unreachable)?;
+            client
+                .send_await_locks(&self.owner, priority, request, AWAIT_TIMEOUT_MS)
+                .map_err(unreachable)?;
             let deadline =
                 Instant::now() + Duration::from_millis(AWAIT_TIMEOUT_MS) + AWAIT_ANSWER_GRACE;
             let show_waiting_at = Instant::now() + WAITING_SHOWN_AFTER;
@@ -892,18 +836,13 @@ impl Runner {
                     .any(|event| event.token == WCONFD && event.readable)
                 {
                     let client = self.wconfd.as_mut().expect("connected above");
-                    match client.receive() {
-                        Ok(Value::Array(blockers)) if blockers.is_empty() => {
+                    match client.receive_blockers() {
+                        Ok(blockers) if blockers.is_empty() => {
                             return Ok(Acquired::Granted);
                         }
                         // Timed out with blockers: the request stays
                         // pending; ask again.
-                        Ok(Value::Array(_)) => break,
-                        Ok(other) => {
-                            return Err(AwaitError::Failed(format!(
-                                "wconfd answered a lock request with {other}"
-                            )));
-                        }
+                        Ok(_) => break,
                         Err(error) => return Err(unreachable(error)),
                     }
                 }
@@ -948,9 +887,7 @@ impl Runner {
             return;
         }
         let owner = self.owner.clone();
-        let result = self
-            .wconfd()
-            .and_then(|client| client.call("freeLocks", json!([owner])));
+        let result = self.wconfd().and_then(|client| client.free_locks(&owner));
         if let Err(error) = result {
             tracing::warn!(job = self.id, %error, "cannot free the job's locks");
             self.wconfd = None;
@@ -966,9 +903,7 @@ impl Runner {
         let owner = self.owner.clone();
         let mut pause = WCONFD_RECONNECT_PAUSE_MIN;
         loop {
-            let result = self
-                .wconfd()
-                .and_then(|client| client.call("freeLocks", json!([owner])));
+            let result = self.wconfd().and_then(|client| client.free_locks(&owner));
             match result {
                 Ok(_) => return Ok(()),
                 Err(error @ (ClientError::Connect { .. } | ClientError::Io { .. })) => {

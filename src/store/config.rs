@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 
 use super::{StoreError, atomic_write};
 
-pub const CONFIG_FILE: &str = "config.data";
+use crate::paths::CONFIG_FILE;
 
 /// Why a configuration was not written.
 #[derive(Debug, thiserror::Error)]

@@ -66,8 +66,7 @@ use crate::protocol::wconfd::{
 };
 use crate::sys;
 
-pub const SNAPSHOT_FILE: &str = "locks.data";
-pub const JOURNAL_FILE: &str = "locks.journal";
+use crate::paths::{LOCK_JOURNAL_FILE as JOURNAL_FILE, LOCK_SNAPSHOT_FILE as SNAPSHOT_FILE};
 
 /// Version of both files' format; a file of another version is refused
 /// (DECISIONS D28: no migration before the first release). Version 1 was

@@ -35,6 +35,7 @@ use crate::client::{Client, Daemon};
 use crate::limits::LIVELOCK_STALE_AGE_MIN;
 use crate::liveness;
 use crate::locks::Mode;
+use crate::protocol::wconfd::WconfdRequest;
 use crate::queue;
 
 use super::Shared;
@@ -104,7 +105,7 @@ pub fn chaos_step(rng: &mut Rng, shared: &Shared, daemons: &mut Daemons) {
     }
     // wconfd's own table never shows conflicting holders.
     if let Ok(mut client) = wconfd(shared)
-        && let Ok(table) = client.call("listAllLocksOwners", json!([]))
+        && let Ok(table) = client.list_all_locks_owners()
     {
         shared.figures.table_checks.fetch_add(1, Ordering::Relaxed);
         check_table(shared, &table);
@@ -186,11 +187,14 @@ pub fn after_wconfd_start(shared: &Shared) {
         Ok(client) => client,
         Err(error) => return shared.violation(format!("wconfd answers no more: {error}")),
     };
-    let mut call = |method: &str, args: Value| -> Option<Value> {
-        match client.call(method, args) {
+    let mut call = |request: WconfdRequest| -> Option<Value> {
+        match client.wconfd(&request) {
             Ok(value) => Some(value),
             Err(error) => {
-                shared.violation(format!("after a wconfd start, {method} failed: {error}"));
+                shared.violation(format!(
+                    "after a wconfd start, {} failed: {error}",
+                    request.method()
+                ));
                 None
             }
         }
@@ -202,7 +206,9 @@ pub fn after_wconfd_start(shared: &Shared) {
         if owner.fate() != OwnerFate::Alive || model.unsure.is_some() {
             continue;
         }
-        let Some(listed) = call("listLocks", json!([owner.wire()])) else {
+        let Some(listed) = call(WconfdRequest::ListLocks {
+            owner: owner.owner(),
+        }) else {
             return;
         };
         let listed = parse_listing(&listed);
@@ -220,7 +226,9 @@ pub fn after_wconfd_start(shared: &Shared) {
             ));
         }
         if model.pending.is_some() && listed == expected {
-            let pending = call("hasPendingRequest", json!([owner.wire()]));
+            let pending = call(WconfdRequest::HasPendingRequest {
+                owner: owner.owner(),
+            });
             if pending != Some(Value::Bool(true)) {
                 shared.violation(format!(
                     "after a wconfd start, lock client {index}'s owner {} lost its \
@@ -239,8 +247,12 @@ pub fn after_wconfd_start(shared: &Shared) {
         if !matches!(owner.fate(), OwnerFate::Killed { .. }) {
             continue;
         }
-        let listed = call("listLocks", json!([owner.wire()]));
-        let pending = call("hasPendingRequest", json!([owner.wire()]));
+        let listed = call(WconfdRequest::ListLocks {
+            owner: owner.owner(),
+        });
+        let pending = call(WconfdRequest::HasPendingRequest {
+            owner: owner.owner(),
+        });
         if listed != Some(json!([])) || pending != Some(Value::Bool(false)) {
             shared.violation(format!(
                 "after a wconfd start, owner {} killed before it still holds {listed:?} \
@@ -249,10 +261,10 @@ pub fn after_wconfd_start(shared: &Shared) {
             ));
         }
     }
-    if let Some(config) = call("readConfig", json!([])) {
+    if let Some(config) = call(WconfdRequest::ReadConfig) {
         check_config(shared, &config, "after a wconfd start");
     }
-    if let Some(table) = call("listAllLocksOwners", json!([])) {
+    if let Some(table) = call(WconfdRequest::ListAllLocksOwners) {
         check_table(shared, &table);
         // The two listings agree for the lock clients' owners (runners
         // change theirs meanwhile).
@@ -343,9 +355,9 @@ fn check_jobs_sensible(shared: &Shared, ids: &[u64]) -> Result<(), String> {
     let mut suspects = Vec::new();
     for chunk in ids.chunks(500) {
         let rows = client
-            .call("QueryJobs", json!([chunk, ["id", "status", "received_ts"]]))
+            .query_jobs(Some(chunk), &["id", "status", "received_ts"])
             .map_err(|error| format!("QueryJobs failed: {error}"))?;
-        for (id, row) in chunk.iter().zip(rows.as_array().into_iter().flatten()) {
+        for (id, row) in chunk.iter().zip(&rows) {
             let status = row[1].as_str().unwrap_or("(unknown)");
             match status {
                 "success" | "error" | "canceled" | "queued" => {}
@@ -370,9 +382,13 @@ fn check_jobs_sensible(shared: &Shared, ids: &[u64]) -> Result<(), String> {
         let deadline = Instant::now() + DEATH_MARK_TIMEOUT;
         loop {
             let rows = client
-                .call("QueryJobs", json!([[id], ["status"]]))
+                .query_jobs(Some(&[id]), &["status"])
                 .map_err(|error| format!("QueryJobs failed: {error}"))?;
-            let status = rows[0][0].as_str().unwrap_or("(unknown)").to_owned();
+            let status = rows
+                .first()
+                .and_then(|row| row[0].as_str())
+                .unwrap_or("(unknown)")
+                .to_owned();
             if matches!(status.as_str(), "success" | "error" | "canceled") {
                 break;
             }
@@ -428,9 +444,9 @@ pub fn final_checks(shared: &Shared, daemons: &mut Daemons, settle: Duration) {
     let ids: Vec<u64> = shared.serials().ids().collect();
     // Every job ends.
     let deadline = Instant::now() + settle;
-    let fields = json!([
-        "id", "status", "ops", "opstatus", "opresult", "start_ts", "end_ts", "opexec", "opend"
-    ]);
+    let fields = [
+        "id", "status", "ops", "opstatus", "opresult", "start_ts", "end_ts", "opexec", "opend",
+    ];
     let rows: BTreeMap<u64, Value> = loop {
         let mut client = match luxid(shared) {
             Ok(client) => client,
@@ -438,9 +454,9 @@ pub fn final_checks(shared: &Shared, daemons: &mut Daemons, settle: Duration) {
         };
         let mut rows = BTreeMap::new();
         for chunk in ids.chunks(500) {
-            match client.call("QueryJobs", json!([chunk, fields])) {
+            match client.query_jobs(Some(chunk), &fields) {
                 Ok(answer) => {
-                    for (id, row) in chunk.iter().zip(answer.as_array().into_iter().flatten()) {
+                    for (id, row) in chunk.iter().zip(&answer) {
                         rows.insert(*id, row.clone());
                     }
                 }
@@ -490,11 +506,9 @@ pub fn final_checks(shared: &Shared, daemons: &mut Daemons, settle: Duration) {
     check_outcomes(shared, &rows);
     check_queue_files(shared);
     check_intervals(shared, &rows);
-    match wconfd(shared).and_then(|mut client| {
-        client
-            .call("readConfig", json!([]))
-            .map_err(|error| error.to_string())
-    }) {
+    match wconfd(shared)
+        .and_then(|mut client| client.read_config().map_err(|error| error.to_string()))
+    {
         Ok(config) => check_config(shared, &config, "at the end"),
         Err(error) => shared.violation(format!("readConfig at the end failed: {error}")),
     }
@@ -583,7 +597,7 @@ fn check_outcomes(shared: &Shared, rows: &BTreeMap<u64, Value>) {
 /// Every job `ArchiveJob` archived has its file in the archive, not in
 /// the queue; no priority request is left for a job (all are final).
 fn check_queue_files(shared: &Shared) {
-    let queue_dir = shared.root.join(queue::QUEUE_DIR);
+    let queue_dir = shared.root.join(crate::paths::QUEUE_DIR);
     let archived: Vec<u64> = shared
         .jobs()
         .iter()
@@ -682,8 +696,8 @@ fn check_lock_table_empty(shared: &Shared) {
         Err(error) => return shared.violation(format!("wconfd answers no more: {error}")),
     };
     let result = client
-        .call("cleanupLocks", json!([]))
-        .and_then(|_| client.call("listLocksWaitingStatus", json!([])));
+        .wconfd(&WconfdRequest::CleanupLocks)
+        .and_then(|_| client.wconfd(&WconfdRequest::ListLocksWaitingStatus));
     match result {
         Ok(status) if status == json!([[], []]) => {}
         Ok(status) => shared.violation(format!(

@@ -11,6 +11,7 @@
 //! wconfd and at the end, must be one of those, and its `serial_no` never
 //! goes back.
 
+use crate::protocol::wconfd::WconfdRequest;
 use std::collections::BTreeSet;
 use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
@@ -123,9 +124,9 @@ enum Called {
 }
 
 impl ConfigClient<'_> {
-    /// Calls `method` with the gate held shared, reconnecting first if
+    /// Sends `request` with the gate held shared, reconnecting first if
     /// needed; `Lost` if wconfd cannot be reached or the answer is lost.
-    fn call(&mut self, method: &str, args: Value) -> Called {
+    fn call(&mut self, request: WconfdRequest) -> Called {
         if self.connection.is_none() {
             match Client::connect(&self.shared.root, Daemon::Wconfd, 1 << 24) {
                 Ok(client) => {
@@ -139,11 +140,12 @@ impl ConfigClient<'_> {
             }
         }
         let client = self.connection.as_mut().expect("connected above");
-        match client.call(method, args) {
+        match client.wconfd(&request) {
             Ok(answer) => Called::Answer(answer),
             Err(ClientError::Failed { class, args, .. }) => {
                 self.shared.violation(format!(
-                    "wconfd refused the config client's {method}: {class} {}",
+                    "wconfd refused the config client's {}: {class} {}",
+                    request.method(),
                     Value::Array(args)
                 ));
                 Called::Failed
@@ -186,7 +188,10 @@ impl ConfigClient<'_> {
                 .gate
                 .read()
                 .unwrap_or_else(PoisonError::into_inner);
-            match self.call("lockConfig", json!([owner.wire(), false])) {
+            match self.call(WconfdRequest::LockConfig {
+                owner: owner.owner(),
+                shared: false,
+            }) {
                 Called::Answer(config) if config.is_object() => {
                     self.shared
                         .figures
@@ -221,17 +226,30 @@ impl ConfigClient<'_> {
         let and_unlock = self.rng.percent(50);
         // What each answers once written (`writeConfigAndUnlock` answers
         // `false` only to an owner without the lock, which this one has).
-        let (method, written) = if and_unlock {
-            ("writeConfigAndUnlock", json!(true))
+        let (request, written) = if and_unlock {
+            (
+                WconfdRequest::WriteConfigAndUnlock {
+                    owner: owner.owner(),
+                    config,
+                },
+                json!(true),
+            )
         } else {
-            ("writeConfig", json!([]))
+            (
+                WconfdRequest::WriteConfig {
+                    owner: owner.owner(),
+                    config,
+                },
+                json!([]),
+            )
         };
+        let method = request.method();
         let _gate = self
             .shared
             .gate
             .read()
             .unwrap_or_else(PoisonError::into_inner);
-        match self.call(method, json!([owner.wire(), config])) {
+        match self.call(request) {
             Called::Answer(answer) if answer == written => {
                 self.history().acknowledge(write);
                 self.shared
@@ -240,7 +258,9 @@ impl ConfigClient<'_> {
                     .fetch_add(1, Ordering::Relaxed);
                 if !and_unlock {
                     // Lost or not, `free` below releases it.
-                    let _ = self.call("unlockConfig", json!([owner.wire()]));
+                    let _ = self.call(WconfdRequest::UnlockConfig {
+                        owner: owner.owner(),
+                    });
                 }
             }
             Called::Answer(other) => self.shared.violation(format!("{method} answered {other}")),
@@ -265,7 +285,9 @@ impl ConfigClient<'_> {
                 .gate
                 .read()
                 .unwrap_or_else(PoisonError::into_inner);
-            match self.call("freeLocks", json!([owner.wire()])) {
+            match self.call(WconfdRequest::FreeLocks {
+                owner: owner.owner(),
+            }) {
                 Called::Answer(_) | Called::Failed => return,
                 Called::Lost => {}
             }

@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::client::{Client, ClientError, Daemon};
+use crate::protocol::luxi::LuxiRequest;
 
 use super::lock_clients::NODES;
 use super::rng::Rng;
@@ -56,10 +57,11 @@ pub fn run(shared: &Shared, index: usize) {
             let id = *rng.pick(&known);
             // An unknown job's row has a null status.
             let what = format!("QueryJobs of acknowledged job {id}");
-            let args = json!([[id], ["id", "status"]]);
-            let answer = checked_call(shared, client, "QueryJobs", args, &what, |rows| {
-                !rows[0][1].is_null()
-            });
+            let request = LuxiRequest::QueryJobs {
+                ids: Some(vec![id]),
+                fields: vec!["id", "status"],
+            };
+            let answer = checked_call(shared, client, request, &what, |rows| !rows[0][1].is_null());
             lost = matches!(answer, Answer::Lost);
         }
         if !lost && rng.percent(CANCEL_PERCENT) {
@@ -111,9 +113,14 @@ fn acknowledged(shared: &Shared, id: u64, high_before: u64, depends: Vec<u64>) {
 fn submit_one(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
     let (ops, depends) = job(rng, shared);
     let high_before = shared.serials().high();
-    let args = json!([ops]);
     let what = "SubmitJob of a valid job";
-    match checked_call(shared, client, "SubmitJob", args, what, Value::is_u64) {
+    match checked_call(
+        shared,
+        client,
+        LuxiRequest::SubmitJob { ops },
+        what,
+        Value::is_u64,
+    ) {
         Answer::Valid(id) => {
             acknowledged(
                 shared,
@@ -168,8 +175,8 @@ fn submit_many(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
         ids.filter(|ids| ids.len() == count)
     };
     let what = format!("SubmitManyJobs of {count} valid jobs");
-    let args = json!([batch]);
-    let ids = match checked_call(shared, client, "SubmitManyJobs", args, &what, |answer| {
+    let request = LuxiRequest::SubmitManyJobs { jobs: batch };
+    let ids = match checked_call(shared, client, request, &what, |answer| {
         ids_of(answer).is_some()
     }) {
         Answer::Valid(answer) => ids_of(&answer).expect("checked valid"),
@@ -204,17 +211,16 @@ enum Answer {
     Lost,
 }
 
-/// Calls `method`: a refusal, or an answer `valid` rejects, is a
+/// Sends `request`: a refusal, or an answer `valid` rejects, is a
 /// violation (`what` names the call there).
 fn checked_call(
     shared: &Shared,
     client: &mut Client,
-    method: &str,
-    args: Value,
+    request: LuxiRequest,
     what: &str,
     valid: impl Fn(&Value) -> bool,
 ) -> Answer {
-    match client.call(method, args) {
+    match client.luxi(&request) {
         Ok(answer) if valid(&answer) => Answer::Valid(answer),
         Ok(other) => {
             shared.violation(format!("{what} answered {other}"));
@@ -254,8 +260,7 @@ fn change_priority(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool 
     let answer = checked_call(
         shared,
         client,
-        "ChangeJobPriority",
-        json!([id, priority]),
+        LuxiRequest::ChangeJobPriority { id, priority },
         &what,
         |answer| flag_and_message(answer).is_some(),
     );
@@ -279,8 +284,10 @@ fn archive(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
         let answer = checked_call(
             shared,
             client,
-            "AutoArchiveJobs",
-            json!([1, 1]),
+            LuxiRequest::AutoArchiveJobs {
+                age: Some(Duration::from_secs(1)),
+                timeout: Some(Duration::from_secs(1)),
+            },
             "AutoArchiveJobs",
             |answer| answer[0].is_u64() && answer[1].is_u64(),
         );
@@ -302,8 +309,7 @@ fn archive(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
     match checked_call(
         shared,
         client,
-        "ArchiveJob",
-        json!([id]),
+        LuxiRequest::ArchiveJob { id },
         &what,
         Value::is_boolean,
     ) {
@@ -325,9 +331,12 @@ fn expect_final(shared: &Shared, client: &mut Client, id: u64, why: &str) -> boo
     let final_row =
         |rows: &Value| matches!(rows[0][0].as_str(), Some("success" | "error" | "canceled"));
     let what = format!("QueryJobs of job {id} ({why})");
-    let args = json!([[id], ["status"]]);
+    let request = LuxiRequest::QueryJobs {
+        ids: Some(vec![id]),
+        fields: vec!["status"],
+    };
     !matches!(
-        checked_call(shared, client, "QueryJobs", args, &what, final_row),
+        checked_call(shared, client, request, &what, final_row),
         Answer::Lost
     )
 }
@@ -340,11 +349,9 @@ fn cancel(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
     if known.is_empty() {
         return true;
     }
-    let started: Vec<u64> = match client.call("QueryJobs", json!([known, ["id", "status"]])) {
+    let started: Vec<u64> = match client.query_jobs(Some(&known), &["id", "status"]) {
         Ok(rows) => rows
-            .as_array()
-            .into_iter()
-            .flatten()
+            .iter()
             .filter(|row| matches!(row[1].as_str(), Some("waiting" | "running")))
             .filter_map(|row| row[0].as_u64())
             .collect(),
@@ -370,11 +377,14 @@ fn cancel(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
             .cancels_killing
             .fetch_add(1, Ordering::Relaxed);
     }
-    let args = if kill { json!([id, true]) } else { json!([id]) };
     let what = format!("CancelJob of acknowledged job {id}");
-    let answer = checked_call(shared, client, "CancelJob", args, &what, |answer| {
-        flag_and_message(answer).is_some()
-    });
+    let answer = checked_call(
+        shared,
+        client,
+        LuxiRequest::CancelJob { id, kill },
+        &what,
+        |answer| flag_and_message(answer).is_some(),
+    );
     match answer {
         Answer::Valid(answer) => {
             let (canceled, message) = flag_and_message(&answer).expect("checked valid");

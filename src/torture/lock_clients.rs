@@ -18,7 +18,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::client::{Client, ClientError, Daemon};
-use crate::locks::{LockName, Mode};
+use crate::locks::{Action, Entry, LockName, Mode};
+use crate::protocol::Request;
+use crate::protocol::wconfd::WconfdRequest;
 
 use super::history::{Interval, now_us};
 use super::processes::{OwnerFate, OwnerProcess};
@@ -32,11 +34,10 @@ pub const NODES: [&str; 4] = ["n0", "n1", "n2", "n3"];
 /// for the clients' requests to finish is never held up long.
 const AWAIT_TIMEOUT_MS: u64 = 150;
 
-fn mode_name(mode: Mode) -> &'static str {
-    match mode {
-        Mode::Shared => "shared",
-        Mode::Exclusive => "exclusive",
-    }
+/// A lock name of the harness's lock universe (all valid by
+/// construction).
+fn lock_name(text: &str) -> LockName {
+    LockName::parse(text).expect("the harness names only valid locks")
 }
 
 fn parse_mode(name: &str) -> Option<Mode> {
@@ -207,8 +208,9 @@ impl LockClient<'_> {
         }
     }
 
-    fn call(&mut self, method: &str, args: Value) -> Outcome {
-        let outcome = self.call_untraced(method, &args);
+    fn call(&mut self, request: WconfdRequest) -> Outcome {
+        let request = request.encode();
+        let outcome = self.call_untraced(&request);
         if self.trace.len() == TRACE_CALLS_MAX {
             self.trace.pop_front();
         }
@@ -217,8 +219,12 @@ impl LockClient<'_> {
             Outcome::Refused(message) => format!("refused: {message}"),
             Outcome::Lost { sent } => format!("lost (sent: {sent})"),
         };
-        self.trace
-            .push_back(format!("{} {method} {args} -> {shown}", now_us()));
+        self.trace.push_back(format!(
+            "{} {} {} -> {shown}",
+            now_us(),
+            request.method,
+            Value::Array(request.args)
+        ));
         outcome
     }
 
@@ -232,12 +238,11 @@ impl LockClient<'_> {
         ));
     }
 
-    fn call_untraced(&mut self, method: &str, args: &Value) -> Outcome {
-        let args = args.clone();
+    fn call_untraced(&mut self, request: &Request) -> Outcome {
         let Some(client) = self.connection.as_mut() else {
             return Outcome::Lost { sent: false };
         };
-        if let Err(_error) = client.send(method, args) {
+        if let Err(_error) = client.send_request(request) {
             self.connection = None;
             // The request may have been written in part or whole.
             return Outcome::Lost { sent: true };
@@ -358,13 +363,14 @@ impl LockClient<'_> {
             return;
         }
         let owner = model.owner.clone().expect("checked by owner_gone");
-        let wire = owner.wire();
         if let Some(pending) = model.pending.clone() {
             // Wait for it, look, or give up.
             match self.rng.below(4) {
                 0 => self.send_update(&mut model, &owner, "free", Vec::new()),
                 1 => {
-                    let outcome = self.call("hasPendingRequest", json!([wire]));
+                    let outcome = self.call(WconfdRequest::HasPendingRequest {
+                        owner: owner.owner(),
+                    });
                     if let Outcome::Answer(Value::Bool(false)) = outcome {
                         // Granted (confirm with the listing).
                         self.resync_after(&mut model, pending);
@@ -514,18 +520,31 @@ impl LockClient<'_> {
         acquire: Vec<(String, Mode)>,
         kind: Kind,
     ) {
-        let request: Vec<Value> = acquire
+        let request: Vec<Entry> = acquire
             .iter()
-            .map(|(lock, mode)| json!([lock, mode_name(*mode)]))
+            .map(|(lock, mode)| Entry::new(lock_name(lock), Action::Acquire(*mode)))
             .collect();
-        let wire = owner.wire();
-        let (method, args) = match kind {
-            Kind::Try => ("tryUpdateLocks", json!([wire, request])),
-            Kind::Waiting => ("updateLocksWaiting", json!([wire, 0, request])),
-            Kind::Await => ("awaitLocks", json!([wire, 0, request, AWAIT_TIMEOUT_MS])),
+        let owner_now = owner.owner();
+        let request = match kind {
+            Kind::Try => WconfdRequest::TryUpdateLocks {
+                owner: owner_now,
+                request,
+            },
+            Kind::Waiting => WconfdRequest::UpdateLocksWaiting {
+                owner: owner_now,
+                priority: 0,
+                request,
+            },
+            Kind::Await => WconfdRequest::AwaitLocks {
+                owner: owner_now,
+                priority: 0,
+                request,
+                timeout_ms: AWAIT_TIMEOUT_MS,
+            },
         };
+        let method = request.method();
         let sent_us = now_us();
-        let outcome = self.call(method, args);
+        let outcome = self.call(request);
         let answered_us = now_us();
         if self.owner_gone(model, true) {
             return;
@@ -574,20 +593,31 @@ impl LockClient<'_> {
         how: &str,
         release: Vec<String>,
     ) {
-        let wire = owner.wire();
-        let (method, args, release) = if how == "free" {
+        let (request, release) = if how == "free" {
             let all: Vec<String> = model.held.keys().cloned().collect();
-            ("freeLocks", json!([wire]), all)
+            (
+                WconfdRequest::FreeLocks {
+                    owner: owner.owner(),
+                },
+                all,
+            )
         } else {
-            let entries: Vec<Value> = release
+            let entries: Vec<Entry> = release
                 .iter()
-                .map(|lock| json!([lock, "release"]))
+                .map(|lock| Entry::release(lock_name(lock)))
                 .collect();
-            ("tryUpdateLocks", json!([wire, entries]), release)
+            (
+                WconfdRequest::TryUpdateLocks {
+                    owner: owner.owner(),
+                    request: entries,
+                },
+                release,
+            )
         };
+        let method = request.method();
         let sent_us = now_us();
         model.releasing = Some((release.clone(), sent_us));
-        let outcome = self.call(method, args);
+        let outcome = self.call(request);
         if self.owner_gone(model, true) {
             return;
         }
@@ -633,9 +663,12 @@ impl LockClient<'_> {
     fn resync(&mut self, model: &mut ClientModel) {
         let unsure = model.unsure.clone().expect("called when unsure");
         let owner = model.owner.clone().expect("an owner");
-        let wire = owner.wire();
-        let pending = self.call("hasPendingRequest", json!([wire]));
-        let listed = self.call("listLocks", json!([wire]));
+        let pending = self.call(WconfdRequest::HasPendingRequest {
+            owner: owner.owner(),
+        });
+        let listed = self.call(WconfdRequest::ListLocks {
+            owner: owner.owner(),
+        });
         let answered_us = now_us();
         if self.owner_gone(model, true) {
             return;
@@ -739,7 +772,9 @@ impl LockClient<'_> {
     /// it was granted; the listing confirms.
     fn resync_after(&mut self, model: &mut ClientModel, pending: Vec<(String, Mode)>) {
         let owner = model.owner.clone().expect("an owner");
-        let outcome = self.call("listLocks", json!([owner.wire()]));
+        let outcome = self.call(WconfdRequest::ListLocks {
+            owner: owner.owner(),
+        });
         let answered_us = now_us();
         if self.owner_gone(model, true) {
             return;

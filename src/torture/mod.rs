@@ -308,11 +308,11 @@ pub fn run(options: &Options) -> Result<Outcome, String> {
     let root = root
         .canonicalize()
         .map_err(|error| format!("cannot resolve {}: {error}", root.display()))?;
-    std::fs::write(root.join(crate::settings::SETTINGS_FILE_NAME), SETTINGS)
+    std::fs::write(root.join(crate::paths::SETTINGS_FILE), SETTINGS)
         .map_err(|error| format!("cannot write the settings: {error}"))?;
     let shared = Arc::new(Shared {
         seed: options.seed,
-        livelock_dir: root.join(crate::wconfd::LIVELOCK_DIR),
+        livelock_dir: root.join(crate::paths::LIVELOCK_DIR),
         root: root.clone(),
         binaries: options.binaries.clone(),
         stop_clients: AtomicBool::new(false),
@@ -335,13 +335,13 @@ pub fn run(options: &Options) -> Result<Outcome, String> {
             "wconfd",
             &options.binaries.wconfd,
             &root,
-            crate::wconfd::SOCKET_PATH,
+            crate::paths::WCONFD_SOCKET_PATH,
         ),
         luxid: DaemonProcess::new(
             "luxid",
             &options.binaries.luxid,
             &root,
-            crate::luxid::SOCKET_PATH,
+            crate::paths::LUXID_SOCKET_PATH,
         ),
     };
     daemons.start_wconfd(&shared)?;

@@ -14,9 +14,11 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::liveness::Livelock;
+use crate::locks::Owner;
+use crate::protocol::wconfd::encode_owner;
 
 use super::history::now_us;
 
@@ -281,9 +283,18 @@ impl OwnerProcess {
         })
     }
 
-    /// The owner on the wire.
+    /// The owner, as wconfd knows it.
+    pub fn owner(&self) -> Owner {
+        Owner::named(
+            self.ident.clone(),
+            self.livelock.to_string_lossy().into_owned(),
+            self.pid,
+        )
+    }
+
+    /// The owner on the wire (for reports).
     pub fn wire(&self) -> Value {
-        json!([self.ident, self.livelock, self.pid])
+        encode_owner(&self.owner())
     }
 
     pub fn fate(&self) -> OwnerFate {

@@ -22,12 +22,9 @@ use crate::store::lock_state::LockStore;
 
 pub use server::Server;
 
-/// Socket path under the root.
-pub const SOCKET_PATH: &str = "socket/wconfd.sock";
-/// Held (flock) by the running wconfd of a root.
-pub const INSTANCE_LOCK_FILE: &str = "wconfd.lock";
-/// Livelock files of owners and daemons.
-pub const LIVELOCK_DIR: &str = "livelocks";
+use crate::paths::{SOCKET_DIR, WCONFD_INSTANCE_LOCK_FILE, WCONFD_SOCKET_PATH};
+// Until luxid's shell names it at its home.
+pub use crate::paths::LIVELOCK_DIR;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -82,7 +79,7 @@ pub fn start(root: &Path) -> Result<Server, DaemonError> {
         .canonicalize()
         .map_err(io_error("cannot resolve the root", root))?;
     let settings = Settings::load(root)?;
-    let socket_dir = root.join("socket");
+    let socket_dir = root.join(SOCKET_DIR);
     make_dir(&socket_dir, 0o750)?;
     let livelock_dir = root.join(LIVELOCK_DIR);
     make_dir(&livelock_dir, 0o770)?;
@@ -120,7 +117,7 @@ pub fn start(root: &Path) -> Result<Server, DaemonError> {
         io_error("cannot create the daemon's livelock in", &livelock_dir),
     )?;
 
-    let socket_path = root.join(SOCKET_PATH);
+    let socket_path = root.join(WCONFD_SOCKET_PATH);
     let mut server = Server::new(
         settings,
         store,
@@ -145,7 +142,7 @@ fn make_dir(path: &Path, mode: u32) -> Result<(), DaemonError> {
 /// One wconfd per root: an exclusive flock on `wconfd.lock`, held for the
 /// daemon's life (the kernel drops it when the process dies, however).
 fn take_instance_lock(root: &Path) -> Result<File, DaemonError> {
-    let path = root.join(INSTANCE_LOCK_FILE);
+    let path = root.join(WCONFD_INSTANCE_LOCK_FILE);
     let file = OpenOptions::new()
         .read(true)
         .write(true)

@@ -7,15 +7,16 @@
 //! targets. [`Context`] is what a figure needs beside it to mean something
 //! later.
 
+pub mod harness;
+pub mod lock;
+pub mod luxid;
+pub mod wconfd;
+
 use std::fmt::{self, Display, Write as _};
 use std::fs;
 use std::path::Path;
 use std::process::Command;
 use std::time::SystemTime;
-
-use serde_json::{Value, json};
-
-use crate::protocol::ETX;
 
 /// One figure of one run.
 pub struct Measure {
@@ -418,6 +419,10 @@ mod tests {
 // The command line every benchmark binary shares
 
 /// A benchmark binary's scenario.
+/// Runs per scenario unless `--runs` says otherwise: enough for a median
+/// to shrug off one disturbed run.
+pub const RUNS_DEFAULT: usize = 5;
+
 pub trait Scenario: Copy + 'static {
     /// Every scenario, in the order a full run takes them.
     const ALL: &'static [Self];
@@ -623,13 +628,4 @@ pub fn file_system(path: &Path) -> String {
         })
         .max_by_key(|(length, _)| *length)
         .map_or_else(|| "unknown file system".to_owned(), |(_, text)| text)
-}
-
-/// A request frame as Ganeti's client sends it: JSON, a newline, ETX.
-pub fn request(method: &str, args: &Value) -> Vec<u8> {
-    let mut frame = serde_json::to_vec(&json!({"method": method, "args": args}))
-        .expect("a JSON value always serializes");
-    frame.push(b'\n');
-    frame.push(ETX);
-    frame
 }

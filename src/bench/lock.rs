@@ -1,0 +1,471 @@
+//! lock-bench: throughput and scaling of the in-process lock core
+//! ([`crate::locks::LockManager`]), against the targets recorded in
+//! design/PERFORMANCE.md.
+//!
+//! ```text
+//! cargo run --release --bin lock-bench [single|scale|drain] [--runs N] [--quick]
+//! ```
+//!
+//! Scenarios:
+//! - `single`: one owner takes and drops `node/n1` through `try_update`;
+//!   updates per second.
+//! - `scale`: cost of one update with a tiny table and with 1,000 owners
+//!   holding 100,000 node locks; the ratio large/small.
+//! - `drain`: thousands of owners wait for one lock; time to grant and free
+//!   them one after the other, plain and with every waiter holding the BGL
+//!   shared (as job runners do).
+//!
+//! The box this runs on is shared and noisy, so every scenario runs several
+//! times and the summary shows medians; ratios are computed within one run
+//! (both sides saw the same noise) before taking their median. Correctness
+//! is asserted along the way: a benchmark of wrong answers is worthless.
+//! Missing a target is reported, not an error: this is a benchmark, not a
+//! timed test.
+
+use std::hint::black_box;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use super::{
+    CommandLine, Context, Measure, Report, Target, Unit, counted, grouped, print_mode,
+    print_summary,
+};
+use crate::bench;
+use crate::locks::{Entry, LockError, LockManager, LockName, Owner, Update};
+
+const USAGE: &str = "usage: lock-bench [single|scale|drain] [--runs N] [--quick]";
+
+/// Runs per scenario unless `--runs` says otherwise: enough for a median to
+/// shrug off one disturbed run.
+const RUNS_DEFAULT: usize = 5;
+
+// The targets of design/PERFORMANCE.md.
+const SINGLE_UPDATES_PER_SECOND_MIN: f64 = 1_000_000.0;
+const SCALE_RATIO_MAX: f64 = 2.0;
+const DRAIN_SECONDS_MAX: f64 = 1.0;
+const DRAIN_TARGET_WAITERS: usize = 10_000;
+
+/// The bench binary: its command line, its scenarios, its exit code.
+pub fn main() -> ExitCode {
+    bench::main(
+        "lock-bench",
+        USAGE,
+        |args| CommandLine::parse("lock-bench", args, RUNS_DEFAULT, |_, _| Ok(false)),
+        |options| {
+            bench(&options);
+            Ok(())
+        },
+    )
+}
+
+fn bench(options: &Options) {
+    print_context(options);
+    let reports: Vec<Report> = options
+        .scenarios
+        .iter()
+        .map(|scenario| run_scenario(*scenario, options))
+        .collect();
+    print_summary(&reports, options.runs, options.quick);
+}
+
+// ---------------------------------------------------------------------------
+// Options and sizes
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scenario {
+    Single,
+    Scale,
+    Drain,
+}
+
+impl bench::Scenario for Scenario {
+    const ALL: &'static [Scenario] = &[Scenario::Single, Scenario::Scale, Scenario::Drain];
+
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::Single => "single",
+            Scenario::Scale => "scale",
+            Scenario::Drain => "drain",
+        }
+    }
+}
+
+impl Scenario {
+    fn run(self, sizes: &Sizes) -> Vec<Measure> {
+        match self {
+            Scenario::Single => single(sizes),
+            Scenario::Scale => scale(sizes),
+            Scenario::Drain => drain(sizes),
+        }
+    }
+}
+
+type Options = CommandLine<Scenario>;
+
+fn sizes(options: &Options) -> Sizes {
+    if options.quick {
+        Sizes::QUICK
+    } else {
+        Sizes::FULL
+    }
+}
+
+/// How much work each scenario does per run.
+struct Sizes {
+    /// Updates per run of `single` (half acquires, half releases).
+    single_updates: u64,
+    /// Acquire+release pairs per measurement of `scale`.
+    scale_pairs: u64,
+    /// Owners of the small and the large `scale` table; each holds the BGL
+    /// shared plus `scale_locks_per_owner` node locks, so the measured
+    /// existing owner looks the same in both and only the table grows.
+    scale_owners: [usize; 2],
+    scale_locks_per_owner: usize,
+    /// Waiter counts of `drain`, smallest first, so growth is visible.
+    drain_waiters: [usize; 3],
+}
+
+impl Sizes {
+    const FULL: Sizes = Sizes {
+        single_updates: 2_000_000,
+        scale_pairs: 250_000,
+        scale_owners: [1, 1_000],
+        scale_locks_per_owner: 100,
+        drain_waiters: [1_000, 5_000, DRAIN_TARGET_WAITERS],
+    };
+
+    /// A smoke run for CI: every code path and assertion, in well under a
+    /// second. Its figures mean nothing, so targets are not judged.
+    const QUICK: Sizes = Sizes {
+        single_updates: 20_000,
+        scale_pairs: 2_000,
+        scale_owners: [1, 20],
+        scale_locks_per_owner: 100,
+        drain_waiters: [100, 500, 1_000],
+    };
+}
+
+// ---------------------------------------------------------------------------
+// Runs
+
+/// Runs one scenario `options.runs` times and prints every run and the
+/// median of each figure.
+fn run_scenario(scenario: Scenario, options: &Options) -> Report {
+    let sizes = sizes(options);
+    let description = describe(scenario, &sizes);
+    bench::run_scenario(scenario, &description, options.runs, || {
+        Ok(scenario.run(&sizes))
+    })
+    .expect("the lock core's runs report no errors")
+}
+
+fn describe(scenario: Scenario, sizes: &Sizes) -> String {
+    match scenario {
+        Scenario::Single => format!(
+            "one owner, try_update [node/n1 exclusive] then [node/n1 release]; \
+             {} updates per run",
+            grouped(sizes.single_updates)
+        ),
+        Scenario::Scale => {
+            let [small, large] = sizes.scale_owners;
+            let locks = sizes.scale_locks_per_owner;
+            format!(
+                "acquire+release of one lock, {} pairs per figure;\n   \
+                 small table: {}, large table: {} ({} node locks); \
+                 each owner holds cluster/BGL shared + {locks} node locks exclusive;\n   \
+                 fresh = an owner holding nothing takes an unheld lock; \
+                 existing = an owner of the table takes one above its highest",
+                grouped(sizes.scale_pairs),
+                owners(small),
+                owners(large),
+                grouped((large * locks) as u64),
+            )
+        }
+        Scenario::Drain => format!(
+            "N owners wait (priority 0) for [node/n1 exclusive] behind one holder; \
+             the holder frees, then each notified owner frees in turn;\n   \
+             time from the first free to the last, N = {}; \
+             'bgl' = each waiter first holds cluster/BGL shared",
+            sizes
+                .drain_waiters
+                .map(|waiters| grouped(waiters as u64))
+                .join(", ")
+        ),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Scenario: single
+
+fn single(sizes: &Sizes) -> Vec<Measure> {
+    let mut manager = LockManager::new();
+    let owner = job_owner(1);
+    let node = lock("node/n1");
+    let pairs = sizes.single_updates / 2;
+    acquire_release(&mut manager, &owner, &node, pairs / 10); // warm-up
+    let elapsed = acquire_release(&mut manager, &owner, &node, pairs);
+    assert!(
+        manager.list_all_locks().is_empty(),
+        "everything was released"
+    );
+    vec![
+        Measure::new("updates/s", Unit::PerSecond, rate(2 * pairs, elapsed))
+            .with_target(Target::AtLeast(SINGLE_UPDATES_PER_SECOND_MIN)),
+    ]
+}
+
+/// `pairs` times: `owner` takes `lock` exclusively, then releases it, one
+/// `try_update` each. Every update must be granted.
+fn acquire_release(
+    manager: &mut LockManager,
+    owner: &Owner,
+    lock: &LockName,
+    pairs: u64,
+) -> Duration {
+    let acquire = [Entry::exclusive(lock.clone())];
+    let release = [Entry::release(lock.clone())];
+    let started = Instant::now();
+    for _ in 0..pairs {
+        expect_granted(manager.try_update(black_box(owner), black_box(&acquire)));
+        expect_granted(manager.try_update(black_box(owner), black_box(&release)));
+    }
+    started.elapsed()
+}
+
+fn expect_granted(update: Result<Update, LockError>) {
+    let update = black_box(update).expect("the bench sends only valid requests");
+    assert!(update.blockers.is_empty(), "nobody else holds the lock");
+    assert!(update.notify.is_empty(), "nobody waits");
+}
+
+// ---------------------------------------------------------------------------
+// Scenario: scale
+
+fn scale(sizes: &Sizes) -> Vec<Measure> {
+    let [small_owners, large_owners] = sizes.scale_owners;
+    let small = update_costs(small_owners, sizes.scale_locks_per_owner, sizes.scale_pairs);
+    let large = update_costs(large_owners, sizes.scale_locks_per_owner, sizes.scale_pairs);
+    let ratio_target = Target::AtMost(SCALE_RATIO_MAX);
+    vec![
+        Measure::new("fresh owner, small table", Unit::Nanos, small.fresh_ns),
+        Measure::new("fresh owner, large table", Unit::Nanos, large.fresh_ns),
+        Measure::new(
+            "fresh owner, ratio large/small",
+            Unit::Ratio,
+            large.fresh_ns / small.fresh_ns,
+        )
+        .with_target(ratio_target),
+        Measure::new(
+            "existing owner, small table",
+            Unit::Nanos,
+            small.existing_ns,
+        ),
+        Measure::new(
+            "existing owner, large table",
+            Unit::Nanos,
+            large.existing_ns,
+        ),
+        Measure::new(
+            "existing owner, ratio large/small",
+            Unit::Ratio,
+            large.existing_ns / small.existing_ns,
+        )
+        .with_target(ratio_target),
+    ]
+}
+
+struct UpdateCosts {
+    fresh_ns: f64,
+    existing_ns: f64,
+}
+
+/// Fills a table with `owners` owners and answers the nanoseconds per update
+/// of a fresh owner and of one of the table's owners.
+fn update_costs(owners: usize, locks_per_owner: usize, pairs: u64) -> UpdateCosts {
+    let mut manager = LockManager::new();
+    for index in 0..owners {
+        let owner = table_owner(index);
+        // Job-like: the BGL shared first, then the node level in one request.
+        let bgl = [Entry::shared(LockName::Bgl)];
+        let nodes: Vec<Entry> = (0..locks_per_owner)
+            .map(|slot| Entry::exclusive(table_lock(index, slot)))
+            .collect();
+        expect_granted(manager.try_update(&owner, &bgl));
+        expect_granted(manager.try_update(&owner, &nodes));
+    }
+    manager.check_invariants();
+    // The node locks, the BGL, and the groups cluster/[lockset], node/[lockset].
+    let locks_in_use = owners * locks_per_owner + 3;
+    assert_eq!(manager.list_all_locks().len(), locks_in_use);
+
+    let fresh = job_owner(owners as u64 + 1);
+    let unheld = lock("node/unheld");
+    let existing_index = owners / 2;
+    let existing = table_owner(existing_index);
+    // Zero-padded names: slot `locks_per_owner` sorts above every held slot.
+    let above_highest = table_lock(existing_index, locks_per_owner);
+
+    let cost = |manager: &mut LockManager, owner: &Owner, lock: &LockName| {
+        acquire_release(manager, owner, lock, pairs / 10); // warm-up
+        nanos_per(2 * pairs, acquire_release(manager, owner, lock, pairs))
+    };
+    let costs = UpdateCosts {
+        fresh_ns: cost(&mut manager, &fresh, &unheld),
+        existing_ns: cost(&mut manager, &existing, &above_highest),
+    };
+    manager.check_invariants();
+    assert_eq!(
+        manager.list_all_locks().len(),
+        locks_in_use,
+        "the table is back"
+    );
+    costs
+}
+
+fn table_owner(index: usize) -> Owner {
+    job_owner(index as u64 + 1)
+}
+
+fn table_lock(owner_index: usize, slot: usize) -> LockName {
+    lock(&format!("node/n{owner_index:05}-{slot:03}"))
+}
+
+// ---------------------------------------------------------------------------
+// Scenario: drain
+
+fn drain(sizes: &Sizes) -> Vec<Measure> {
+    let mut measures = Vec::new();
+    for (variant, bgl_first) in [("", false), (", bgl", true)] {
+        let seconds = sizes
+            .drain_waiters
+            .map(|waiters| drain_once(waiters, bgl_first).as_secs_f64());
+        for (waiters, seconds) in sizes.drain_waiters.iter().zip(seconds) {
+            let label = format!("{} waiters{variant}", grouped(*waiters as u64));
+            let measure = Measure::new(label, Unit::Seconds, seconds);
+            measures.push(if *waiters == DRAIN_TARGET_WAITERS {
+                measure.with_target(Target::AtMost(DRAIN_SECONDS_MAX))
+            } else {
+                measure
+            });
+        }
+        // Growth between the smallest and largest N, within this run.
+        let (first, last) = (0, sizes.drain_waiters.len() - 1);
+        let exponent = (seconds[last] / seconds[first]).ln()
+            / (sizes.drain_waiters[last] as f64 / sizes.drain_waiters[first] as f64).ln();
+        let label = format!("growth exponent{variant} (1 linear, 2 quadratic)");
+        measures.push(Measure::new(label, Unit::Exponent, exponent));
+    }
+    measures
+}
+
+/// One holder, `waiters` owners waiting behind it, then the drain: answers
+/// the time from the holder's free to the last waiter's free.
+fn drain_once(waiters: usize, bgl_first: bool) -> Duration {
+    let mut manager = LockManager::new();
+    let bgl = [Entry::shared(LockName::Bgl)];
+    let wanted = [Entry::exclusive(lock("node/n1"))];
+    let take = |manager: &mut LockManager, owner: &Owner| {
+        if bgl_first {
+            expect_granted(manager.try_update(owner, &bgl));
+        }
+    };
+
+    let holder = job_owner(0);
+    take(&mut manager, &holder);
+    expect_granted(manager.try_update(&holder, &wanted));
+    // Owners in owner order, which is the order they must be granted in.
+    let owners: Vec<Owner> = (1..=waiters as u64).map(job_owner).collect();
+    // Filed in a scrambled order, so arrival order cannot pass for owner order.
+    for index in scrambled(waiters) {
+        let owner = &owners[index];
+        take(&mut manager, owner);
+        let update = manager
+            .update_waiting(owner, 0, &wanted)
+            .expect("the bench sends only valid requests");
+        assert!(
+            update.blockers.len() == 1 && *update.blockers[0] == holder,
+            "waiter {owner} is blocked by the holder alone, not {:?}",
+            update.blockers
+        );
+    }
+    manager.check_invariants();
+
+    let started = Instant::now();
+    let mut notified = manager.free_locks(&holder);
+    let mut granted = Vec::with_capacity(waiters);
+    for step in 0..waiters {
+        assert_eq!(notified.len(), 1, "free number {step} notifies one owner");
+        let owner = notified.pop().expect("one owner was notified");
+        notified = manager.free_locks(&owner);
+        granted.push(owner);
+    }
+    let elapsed = started.elapsed();
+
+    assert!(notified.is_empty(), "the last free notifies nobody");
+    assert!(
+        granted.iter().map(|owner| &**owner).eq(&owners),
+        "waiters are granted in (priority, owner) order"
+    );
+    assert!(
+        manager.owners().is_empty(),
+        "everyone was granted and freed"
+    );
+    manager.check_invariants();
+    elapsed
+}
+
+/// 0..n in a fixed pseudo-random order (Fisher-Yates over xorshift64), the
+/// same every run.
+fn scrambled(n: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    for last in (1..n).rev() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        order.swap(last, (state % (last as u64 + 1)) as usize);
+    }
+    order
+}
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+fn lock(text: &str) -> LockName {
+    LockName::parse(text).expect("the bench's lock names are valid")
+}
+
+/// A job owner as a runner would be: job id, livelock file, pid.
+fn job_owner(job_id: u64) -> Owner {
+    let pid = 10_000 + u32::try_from(job_id).expect("bench job ids fit a pid");
+    Owner::job(
+        job_id,
+        format!("/var/lib/warden/livelocks/job-{job_id}"),
+        pid,
+    )
+}
+
+fn rate(count: u64, elapsed: Duration) -> f64 {
+    count as f64 / elapsed.as_secs_f64()
+}
+
+fn nanos_per(count: u64, elapsed: Duration) -> f64 {
+    elapsed.as_nanos() as f64 / count as f64
+}
+
+fn owners(count: usize) -> String {
+    counted(count, "owner")
+}
+
+// ---------------------------------------------------------------------------
+// Output
+
+/// What a figure needs beside it to mean something later: the machine, the
+/// code, the build and the load.
+fn print_context(options: &Options) {
+    Context::read().print(
+        "lock-bench: the warden lock core, in process, one thread",
+        &options.text,
+    );
+    print_mode(options.quick, options.runs);
+}

@@ -1,0 +1,1292 @@
+//! wconfd-bench: the real wconfd over its socket, against the targets of
+//! design/PERFORMANCE.md.
+//!
+//! ```text
+//! cargo build --release --bins
+//! target/release/wconfd-bench [throughput|latency|scale|death] [--runs N] [--quick] [--dir DIR]
+//! ```
+//!
+//! Every run of a scenario starts the `wconfd` binary that sits next to this
+//! executable on a fresh root under DIR (default: the temp directory) and
+//! waits for it by connecting. Scenarios:
+//! - `throughput`: 1, 16 and 64 clients (one thread, connection and owner
+//!   each) loop acquire (`cluster/BGL` shared + `node/<own>` exclusive) and
+//!   release through `tryUpdateLocks`; lock RPCs per second. The same loop
+//!   runs first against a null server (this executable, answering every
+//!   frame at once without doing anything): the machine's ceiling in the
+//!   same run, so wconfd's figure can be read as a share of it. Last, the
+//!   disk's bound: with one request outstanding per client and one journal
+//!   write in flight, a request waits 1.5 writes on average, so N clients
+//!   get at most N / (1.5 × one journal write) durable RPCs per second.
+//! - `latency`: one client's round trips of the same RPCs, p50 and p99, next
+//!   to the cost of one small append + `fdatasync` on the same file system
+//!   and to the cost of one journal write as wconfd makes it there (one
+//!   block with `O_DIRECT | O_DSYNC` into a zero-filled file where the file
+//!   system offers direct I/O, else an overwrite + `fdatasync`): wconfd
+//!   answers a change only once it is durable.
+//! - `scale`: the 16-client loop on an empty table and with 100,000 node
+//!   locks held by 10,000 owners; then the time from spawn to the first
+//!   `echo` reply of a restarted wconfd holding that table, after SIGTERM
+//!   and after kill -9.
+//! - `death`: a child process holds `node/x`, an owner blocks on it with
+//!   `awaitLocks`; time from kill -9 of the holder to the waiter's grant.
+//!
+//! Owners are `[name, <root>/livelocks/<name>, pid]`. This process holds
+//! (flock) the livelock of every owner it acts as, except the holders of
+//! `death`: those are this executable started as
+//! `wconfd-bench --hold-livelock DIR NAME`, so that their death is real.
+//!
+//! As in lock-bench: the box is shared and noisy, so each scenario runs
+//! several times and the summary shows medians; ratios and differences are
+//! taken within a run. Every reply is checked: a wrong answer stops the
+//! bench with an error (exit 1). A missed target is reported, not an error.
+
+use std::fs::{self, OpenOptions};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::harness::{self, Client, POLL_PAUSE, REPLY_TIMEOUT, Workspace, frame, fsync_cost};
+use super::{
+    CommandLine, Context as BenchContext, Measure, Report, Target, Unit, counted, grouped,
+    percentile, print_mode, print_summary,
+};
+use super::{RUNS_DEFAULT, Result, WithContext as _, age, fail, file_system, log_tail};
+use crate::bench;
+use crate::liveness::Livelock;
+use crate::locks::{Entry, LockName, Owner};
+use crate::paths::{
+    LIVELOCK_DIR, LOCK_JOURNAL_FILE as JOURNAL_FILE, WCONFD_SOCKET_PATH as SOCKET_PATH,
+};
+use crate::protocol::ETX;
+use crate::protocol::wconfd::WconfdRequest;
+use crate::store::lock_state::{JOURNAL_HEADER_BYTES, RECORD_HEADER_BYTES};
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+
+const USAGE: &str = "\
+usage: wconfd-bench [throughput|latency|scale|death] [--runs N] [--quick] [--dir DIR]
+  --dir DIR  where the temporary wconfd roots go (default: the temp directory);
+             its file system's fsync cost bounds every figure";
+
+// The targets of design/PERFORMANCE.md.
+const THROUGHPUT_RPCS_PER_SECOND_MIN: f64 = 100_000.0;
+const THROUGHPUT_TARGET_CLIENTS: [usize; 2] = [16, 64];
+const LATENCY_OVER_FSYNC_SECONDS_MAX: f64 = 30e-6;
+const SCALE_RATIO_MAX: f64 = 2.0;
+const RESTART_SECONDS_MAX: f64 = 1.0;
+const DEATH_P99_SECONDS_MAX: f64 = 0.050;
+
+/// The waiter's `awaitLocks` timeout in `death`: far above any plausible
+/// detection time, so a timeout means detection failed.
+const AWAIT_TIMEOUT_MS: u64 = 5_000;
+/// Longest wait for wconfd to answer after a spawn, or to exit after SIGTERM
+/// (a restart replays the whole journal).
+const PROCESS_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bytes per append of the fsync probe: about one journal record of the
+/// lock loop.
+const FSYNC_RECORD_BYTES: usize = 100;
+/// Descriptors the bench needs beside its livelocks (connections, pipes).
+const DESCRIPTORS_SPARE: u64 = 1_024;
+
+/// The bench binary: its command line, its scenarios, its exit code.
+pub fn main() -> ExitCode {
+    // This executable started again as a helper of a scenario.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let helper = match args.as_slice() {
+        [flag, dir, name] if flag == "--hold-livelock" => Some(hold_livelock(Path::new(dir), name)),
+        [flag, root] if flag == "--null-server" => Some(null_server(Path::new(root))),
+        _ => None,
+    };
+    if let Some(outcome) = helper {
+        return bench::exit_code("wconfd-bench", outcome);
+    }
+    bench::main("wconfd-bench", USAGE, Options::parse, |options| {
+        bench(&options)
+    })
+}
+
+fn bench(options: &Options) -> Result<()> {
+    let bench = Bench::new(options)?;
+    print_context(&bench)?;
+    let reports = options
+        .shared
+        .scenarios
+        .iter()
+        .map(|scenario| run_scenario(*scenario, &bench))
+        .collect::<Result<Vec<Report>>>()?;
+    print_summary(&reports, options.shared.runs, options.shared.quick);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Options and sizes
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scenario {
+    Throughput,
+    Latency,
+    Scale,
+    Death,
+}
+
+impl bench::Scenario for Scenario {
+    const ALL: &'static [Scenario] = &[
+        Scenario::Throughput,
+        Scenario::Latency,
+        Scenario::Scale,
+        Scenario::Death,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::Throughput => "throughput",
+            Scenario::Latency => "latency",
+            Scenario::Scale => "scale",
+            Scenario::Death => "death",
+        }
+    }
+}
+
+impl Scenario {
+    fn run(self, bench: &Bench) -> Result<Vec<Measure>> {
+        match self {
+            Scenario::Throughput => throughput(bench),
+            Scenario::Latency => latency(bench),
+            Scenario::Scale => scale(bench),
+            Scenario::Death => death(bench),
+        }
+    }
+}
+
+struct Options {
+    shared: CommandLine<Scenario>,
+    /// Parent of the temporary roots.
+    dir: PathBuf,
+}
+
+impl Options {
+    /// `None` for `--help`.
+    fn parse(args: &[String]) -> std::result::Result<Option<Options>, String> {
+        let mut dir = std::env::temp_dir();
+        let shared = CommandLine::parse("wconfd-bench", args, RUNS_DEFAULT, |arg, rest| {
+            if arg != "--dir" {
+                return Ok(false);
+            }
+            dir = PathBuf::from(rest.next().ok_or("--dir needs a path")?);
+            Ok(true)
+        })?;
+        Ok(shared.map(|shared| Options { shared, dir }))
+    }
+}
+
+/// How much work each scenario does per run.
+struct Sizes {
+    /// The lock loop runs this long before it is measured (connections and
+    /// owners settle) ...
+    warmup: Duration,
+    /// ... and is then measured for this long.
+    window: Duration,
+    throughput_clients: [usize; 3],
+    /// Round trips of `latency`: at most this many, for at most this long
+    /// (a slow disk makes each one cost milliseconds).
+    latency_rtts_max: usize,
+    latency_time_max: Duration,
+    /// Appends + syncs of the fsync probe, bounded the same way.
+    fsyncs_max: usize,
+    fsync_time_max: Duration,
+    scale_clients: usize,
+    /// The large table of `scale`: this many owners, each holding
+    /// `scale_locks_per_owner` node locks exclusively.
+    scale_owners: usize,
+    scale_locks_per_owner: usize,
+    /// Setup requests sent before reading their replies: a batch shares
+    /// wconfd's turns and syncs.
+    setup_batch: usize,
+    /// Holders killed per run of `death`.
+    death_kills: usize,
+}
+
+impl Sizes {
+    const FULL: Sizes = Sizes {
+        warmup: Duration::from_millis(500),
+        window: Duration::from_secs(2),
+        throughput_clients: [1, 16, 64],
+        latency_rtts_max: 5_000,
+        latency_time_max: Duration::from_secs(2),
+        fsyncs_max: 1_000,
+        fsync_time_max: Duration::from_secs(1),
+        scale_clients: 16,
+        scale_owners: 10_000,
+        scale_locks_per_owner: 10,
+        setup_batch: 250,
+        death_kills: 100,
+    };
+
+    /// A smoke run for CI: every code path and check, in a few seconds. Its
+    /// figures mean nothing, so targets are not judged.
+    const QUICK: Sizes = Sizes {
+        warmup: Duration::from_millis(20),
+        window: Duration::from_millis(100),
+        throughput_clients: [1, 16, 64],
+        latency_rtts_max: 50,
+        latency_time_max: Duration::from_millis(200),
+        fsyncs_max: 20,
+        fsync_time_max: Duration::from_millis(200),
+        scale_clients: 16,
+        scale_owners: 100,
+        scale_locks_per_owner: 10,
+        setup_batch: 30,
+        death_kills: 3,
+    };
+}
+
+/// What every scenario shares: the binaries, the scratch directory, the
+/// sizes.
+struct Bench {
+    /// This executable (started again as the holder of `death`).
+    exe: PathBuf,
+    wconfd: PathBuf,
+    workspace: Workspace,
+    sizes: &'static Sizes,
+    runs: usize,
+    quick: bool,
+    command_line: String,
+}
+
+impl Bench {
+    fn new(options: &Options) -> Result<Bench> {
+        let exe = std::env::current_exe().context(|| "cannot find this executable".to_owned())?;
+        let wconfd = exe.with_file_name("wconfd");
+        if !wconfd.is_file() {
+            return fail(format!(
+                "no wconfd next to this executable ({}): build every binary \
+                 (cargo build --release --bins)",
+                wconfd.display()
+            ));
+        }
+        let sizes = if options.shared.quick {
+            &Sizes::QUICK
+        } else {
+            &Sizes::FULL
+        };
+        // One descriptor per livelock held at once: the large table of `scale`.
+        raise_descriptor_limit(sizes.scale_owners as u64 + DESCRIPTORS_SPARE)?;
+        // wconfd tells an owner that a pending request was granted with
+        // SIGHUP to its pid, which is ours; the default action would end the
+        // bench. Grants here come through awaitLocks, so none is expected.
+        signal_hook::flag::register(
+            signal_hook::consts::SIGHUP,
+            Arc::new(AtomicBool::new(false)),
+        )
+        .context(|| "cannot handle SIGHUP".to_owned())?;
+        Ok(Bench {
+            exe,
+            wconfd,
+            workspace: Workspace::create(&options.dir, "wconfd-bench")?,
+            sizes,
+            runs: options.shared.runs,
+            quick: options.shared.quick,
+            command_line: options.shared.text.clone(),
+        })
+    }
+}
+
+fn raise_descriptor_limit(wanted: u64) -> Result<()> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)
+        .context(|| "cannot read the descriptor limit".to_owned())?;
+    if soft >= wanted {
+        return Ok(());
+    }
+    if hard < wanted {
+        return fail(format!(
+            "the bench holds up to {wanted} descriptors (one per livelock) \
+             but the hard limit is {hard}: raise it (ulimit -Hn)"
+        ));
+    }
+    setrlimit(Resource::RLIMIT_NOFILE, wanted, hard)
+        .context(|| format!("cannot raise the descriptor limit to {wanted}"))
+}
+
+// ---------------------------------------------------------------------------
+// Scenario: throughput
+
+fn throughput(bench: &Bench) -> Result<Vec<Measure>> {
+    let clients = bench.sizes.throughput_clients;
+    // The same loop against a server that does nothing, in the same run:
+    // what this machine allows right now.
+    let mut null = Wconfd::start_kind(bench, ServerKind::Null)?;
+    let ceilings = clients
+        .iter()
+        .map(|&count| lock_loop_rate(&null, count, "null", bench.sizes))
+        .collect::<Result<Vec<f64>>>()?;
+    null.stop()?;
+    let mut wconfd = Wconfd::start(bench)?;
+    let mut measures = Vec::new();
+    for (&count, ceiling) in clients.iter().zip(ceilings) {
+        let rate = lock_loop_rate(&wconfd, count, "loop", bench.sizes)?;
+        expect_lock_count(&wconfd, 0).context(|| "after the lock loop".to_owned())?;
+        let label = format!("lock RPCs, {}", counted(count, "client"));
+        let measure = Measure::new(label, Unit::PerSecond, rate);
+        measures.push(if THROUGHPUT_TARGET_CLIENTS.contains(&count) {
+            measure.with_target(Target::AtLeast(THROUGHPUT_RPCS_PER_SECOND_MIN))
+        } else {
+            measure
+        });
+        measures.push(Measure::new(
+            format!("null server, {}", counted(count, "client")),
+            Unit::PerSecond,
+            ceiling,
+        ));
+        measures.push(Measure::new(
+            format!("wconfd / null server, {}", counted(count, "client")),
+            Unit::Ratio,
+            rate / ceiling,
+        ));
+    }
+    wconfd.stop()?;
+    // What the disk allows: each client has one request outstanding, and
+    // a request waits for the rest of the write under way and then the
+    // write with its record, 1.5 writes on average (design/PERFORMANCE.md).
+    let sizes = bench.sizes;
+    let write = journal_write_cost(&wconfd.dir, sizes.fsyncs_max, sizes.fsync_time_max)?;
+    measures.push(Measure::new(
+        "journal write (as wconfd writes)",
+        Unit::Seconds,
+        write,
+    ));
+    for count in THROUGHPUT_TARGET_CLIENTS {
+        measures.push(Measure::new(
+            format!("bound of one write in flight, {}", counted(count, "client")),
+            Unit::PerSecond,
+            count as f64 / (1.5 * write),
+        ));
+    }
+    Ok(measures)
+}
+
+/// `clients` threads, each with its own connection and owner, loop acquire
+/// and release; answers the lock RPCs per second wconfd answered (all
+/// granted) during the measuring window. Every owner holds nothing after.
+fn lock_loop_rate(wconfd: &Wconfd, clients: usize, tag: &str, sizes: &Sizes) -> Result<f64> {
+    let owners = (0..clients)
+        .map(|index| BenchOwner::new(&wconfd.livelock_dir, &format!("{tag}-{clients}-{index}")))
+        .collect::<Result<Vec<_>>>()?;
+    let connections = (0..clients)
+        .map(|_| wconfd.connect())
+        .collect::<Result<Vec<_>>>()?;
+    let counts: Vec<AtomicU64> = (0..clients).map(|_| AtomicU64::new(0)).collect();
+    let stop = AtomicBool::new(false);
+    let total = || -> u64 {
+        counts
+            .iter()
+            .map(|count| count.load(Ordering::Relaxed))
+            .sum()
+    };
+    thread::scope(|scope| {
+        let workers: Vec<_> = owners
+            .iter()
+            .zip(connections)
+            .zip(&counts)
+            .map(|((owner, client), count)| scope.spawn(|| lock_loop(client, owner, count, &stop)))
+            .collect();
+        thread::sleep(sizes.warmup);
+        let (first, started) = (total(), Instant::now());
+        thread::sleep(sizes.window);
+        let (last, elapsed) = (total(), started.elapsed());
+        stop.store(true, Ordering::Relaxed);
+        for worker in workers {
+            worker
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+        }
+        Ok((last - first) as f64 / elapsed.as_secs_f64())
+    })
+}
+
+/// One client of the lock loop: acquire, release, count, until `stop`. It
+/// stops after a release, so its owner ends up holding nothing.
+fn lock_loop(
+    mut client: Client,
+    owner: &BenchOwner,
+    count: &AtomicU64,
+    stop: &AtomicBool,
+) -> Result<()> {
+    let [acquire, release] = lock_pair(owner);
+    while !stop.load(Ordering::Relaxed) {
+        client
+            .call_granted(&acquire)
+            .context(|| format!("acquire of {}", owner.name))?;
+        client
+            .call_granted(&release)
+            .context(|| format!("release of {}", owner.name))?;
+        count.fetch_add(2, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// The requests of the lock loop, as a job takes its locks: the BGL shared,
+/// then its node exclusively; and the release of both.
+fn lock_pair(owner: &BenchOwner) -> [Vec<u8>; 2] {
+    let node = format!("node/{}", owner.name);
+    let node = LockName::parse(&node).expect("a bench owner's name makes a valid node name");
+    let update = |request: Vec<Entry>| {
+        frame(
+            &WconfdRequest::TryUpdateLocks {
+                owner: owner.owner.clone(),
+                request,
+            }
+            .encode(),
+        )
+    };
+    [
+        update(vec![
+            Entry::shared(LockName::Bgl),
+            Entry::exclusive(node.clone()),
+        ]),
+        update(vec![Entry::release(LockName::Bgl), Entry::release(node)]),
+    ]
+}
+
+// ---------------------------------------------------------------------------
+// Scenario: latency
+
+fn latency(bench: &Bench) -> Result<Vec<Measure>> {
+    let sizes = bench.sizes;
+    let mut wconfd = Wconfd::start(bench)?;
+    let owner = BenchOwner::new(&wconfd.livelock_dir, "latency")?;
+    let pair = lock_pair(&owner);
+    let mut client = wconfd.connect()?;
+    let mut rtts = Vec::with_capacity(sizes.latency_rtts_max);
+    let started = Instant::now();
+    while rtts.len() < sizes.latency_rtts_max && started.elapsed() < sizes.latency_time_max {
+        for frame in &pair {
+            let sent = Instant::now();
+            client.call_granted(frame)?;
+            rtts.push(sent.elapsed().as_secs_f64());
+        }
+    }
+    wconfd.stop()?;
+    // Measured while wconfd is down, on the same file system as its journal.
+    let fsync = fsync_cost(
+        &wconfd.dir,
+        FSYNC_RECORD_BYTES,
+        sizes.fsyncs_max,
+        sizes.fsync_time_max,
+    )?;
+    let journal_write = journal_write_cost(&wconfd.dir, sizes.fsyncs_max, sizes.fsync_time_max)?;
+    rtts.sort_by(f64::total_cmp);
+    let p50 = percentile(&rtts, 0.50);
+    Ok(vec![
+        Measure::new("p50 round trip", Unit::Seconds, p50),
+        Measure::new("p99 round trip", Unit::Seconds, percentile(&rtts, 0.99)),
+        Measure::new("fsync (100 B append + fdatasync)", Unit::Seconds, fsync),
+        Measure::new("p50 round trip - fsync", Unit::Seconds, p50 - fsync),
+        Measure::new(
+            "journal write (as wconfd writes)",
+            Unit::Seconds,
+            journal_write,
+        ),
+        Measure::new(
+            "p50 round trip - journal write",
+            Unit::Seconds,
+            p50 - journal_write,
+        )
+        .with_target(Target::AtMost(LATENCY_OVER_FSYNC_SECONDS_MAX)),
+    ])
+}
+
+/// Median seconds of one durable journal write the way wconfd makes it in
+/// `dir`: one aligned block with `O_DIRECT | O_DSYNC` into a zero-filled
+/// file where the file system offers direct I/O, else an overwrite of
+/// zero-filled space plus `fdatasync`. This is the floor under a reply
+/// that reveals a change.
+fn journal_write_cost(dir: &Path, count_max: usize, time_max: Duration) -> Result<f64> {
+    const FILE_BYTES: usize = 1024 * 1024;
+    let path = dir.join("journal-probe");
+    let cannot = |what: &'static str| {
+        let path = path.clone();
+        move || format!("cannot {what} {}", path.display())
+    };
+    fs::write(&path, vec![0u8; FILE_BYTES]).context(cannot("write"))?;
+    let plain = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .context(cannot("open"))?;
+    plain.sync_all().context(cannot("sync"))?;
+    let alignment = crate::sys::direct_io_alignment(&plain)
+        .ok()
+        .flatten()
+        .filter(|alignment| *alignment <= 4096);
+    let (file, block) = match alignment {
+        Some(alignment) => (
+            crate::sys::open_direct_dsync(&path).context(cannot("open with O_DIRECT"))?,
+            alignment,
+        ),
+        None => (plain, FSYNC_RECORD_BYTES),
+    };
+    // An aligned block of record-like bytes.
+    let mut storage = vec![b'x'; 2 * 4096];
+    let offset = storage.as_ptr().align_offset(4096);
+    let record = &mut storage[offset..offset + block];
+    let mut samples = Vec::with_capacity(count_max);
+    let started = Instant::now();
+    let mut at = 0;
+    while samples.len() < count_max && (samples.is_empty() || started.elapsed() < time_max) {
+        let written = Instant::now();
+        std::os::unix::fs::FileExt::write_all_at(&file, record, at as u64)
+            .and_then(|()| match alignment {
+                Some(_) => Ok(()),
+                None => file.sync_data(),
+            })
+            .context(cannot("write to"))?;
+        samples.push(written.elapsed().as_secs_f64());
+        at = (at + block) % FILE_BYTES;
+        record[0] = record[0].wrapping_add(1);
+    }
+    drop(file);
+    fs::remove_file(&path).context(cannot("remove"))?;
+    samples.sort_by(f64::total_cmp);
+    Ok(percentile(&samples, 0.50))
+}
+
+// ---------------------------------------------------------------------------
+// Scenario: scale
+
+fn scale(bench: &Bench) -> Result<Vec<Measure>> {
+    let sizes = bench.sizes;
+    let clients = sizes.scale_clients;
+    let mut wconfd = Wconfd::start(bench)?;
+    let small = lock_loop_rate(&wconfd, clients, "empty", sizes)?;
+
+    let table = fill_table(&wconfd, sizes)?;
+    // The node locks plus their group node/[lockset], in use indirectly.
+    let locks = table.len() * sizes.scale_locks_per_owner + 1;
+    expect_lock_count(&wconfd, locks).context(|| "after filling the table".to_owned())?;
+    let large = lock_loop_rate(&wconfd, clients, "table", sizes)?;
+    expect_lock_count(&wconfd, locks).context(|| "after the lock loop".to_owned())?;
+
+    // The table must come back whole: its owners' livelocks are alive.
+    wconfd.stop()?;
+    // Both restarts replay this journal: their cost grows with it.
+    let journal_bytes = journal_round_bytes(&wconfd.root.join(JOURNAL_FILE))?;
+    let after_stop = wconfd.spawn()?;
+    expect_lock_count(&wconfd, locks).context(|| "after a restart".to_owned())?;
+    wconfd.kill()?;
+    let after_kill = wconfd.spawn()?;
+    expect_lock_count(&wconfd, locks).context(|| "after kill -9 and a restart".to_owned())?;
+    wconfd.stop()?;
+    // Only now may the table's owners die (their livelocks are released).
+    drop(table);
+
+    let held = format!(
+        "{} locks / {}",
+        grouped(locks as u64 - 1),
+        counted(sizes.scale_owners, "owner")
+    );
+    let restart = Target::Below(RESTART_SECONDS_MAX);
+    Ok(vec![
+        Measure::new(
+            format!("empty table, {clients} clients"),
+            Unit::PerSecond,
+            small,
+        ),
+        Measure::new(format!("{held}, {clients} clients"), Unit::PerSecond, large),
+        Measure::new(
+            "cost per RPC, ratio large/empty",
+            Unit::Ratio,
+            small / large,
+        )
+        .with_target(Target::AtMost(SCALE_RATIO_MAX)),
+        Measure::new(
+            format!("restart after SIGTERM, {held}"),
+            Unit::Seconds,
+            after_stop.as_secs_f64(),
+        )
+        .with_target(restart),
+        Measure::new(
+            format!("restart after kill -9, {held}"),
+            Unit::Seconds,
+            after_kill.as_secs_f64(),
+        )
+        .with_target(restart),
+        Measure::new(
+            "journal read by each restart",
+            Unit::Bytes,
+            journal_bytes as f64,
+        ),
+    ])
+}
+
+/// Creates the owners of the large table and has each take its node locks
+/// exclusively, in pipelined batches; answers the owners, whose livelocks
+/// must stay held for the table to stay.
+fn fill_table(wconfd: &Wconfd, sizes: &Sizes) -> Result<Vec<BenchOwner>> {
+    let owners = (0..sizes.scale_owners)
+        .map(|index| BenchOwner::new(&wconfd.livelock_dir, &format!("table-{index:05}")))
+        .collect::<Result<Vec<_>>>()?;
+    let mut client = wconfd.connect()?;
+    for batch in owners.chunks(sizes.setup_batch) {
+        for owner in batch {
+            let request = (0..sizes.scale_locks_per_owner)
+                .map(|slot| Entry::exclusive(node_lock(&format!("{}-{slot:02}", owner.name))))
+                .collect();
+            client.send(&frame(
+                &WconfdRequest::TryUpdateLocks {
+                    owner: owner.owner.clone(),
+                    request,
+                }
+                .encode(),
+            ))?;
+        }
+        for owner in batch {
+            expect_granted(client.receive()?)
+                .context(|| format!("the table locks of {}", owner.name))?;
+        }
+    }
+    Ok(owners)
+}
+
+/// Bytes of the records of the journal's current round, which a restart
+/// reads (the file is zero-filled ahead of them, so its size says little):
+/// records from the header on while their sequence numbers follow.
+fn journal_round_bytes(path: &Path) -> Result<u64> {
+    let bytes = fs::read(path).context(|| format!("cannot read {}", path.display()))?;
+    let field = |at: usize, width: usize| -> u64 {
+        bytes[at..at + width]
+            .iter()
+            .rev()
+            .fold(0, |value, byte| value << 8 | u64::from(*byte))
+    };
+    let mut at = JOURNAL_HEADER_BYTES;
+    let mut previous: Option<u64> = None;
+    while at + RECORD_HEADER_BYTES <= bytes.len() {
+        let length = field(at + 4, 4) as usize;
+        let seq = field(at + 8, 8);
+        if length == 0 || previous.is_some_and(|last| seq != last + 1) {
+            break;
+        }
+        previous = Some(seq);
+        at += RECORD_HEADER_BYTES + length;
+    }
+    Ok((at.min(bytes.len()) - JOURNAL_HEADER_BYTES) as u64)
+}
+
+// ---------------------------------------------------------------------------
+// Scenario: death
+
+fn death(bench: &Bench) -> Result<Vec<Measure>> {
+    let mut wconfd = Wconfd::start(bench)?;
+    let waiter = BenchOwner::new(&wconfd.livelock_dir, "waiter")?;
+    let x = node_lock("x");
+    let wanted = vec![Entry::exclusive(x.clone())];
+    let await_x = frame(
+        &WconfdRequest::AwaitLocks {
+            owner: waiter.owner.clone(),
+            priority: 0,
+            request: wanted.clone(),
+            timeout_ms: AWAIT_TIMEOUT_MS,
+        }
+        .encode(),
+    );
+    let release_x = frame(
+        &WconfdRequest::TryUpdateLocks {
+            owner: waiter.owner.clone(),
+            request: vec![Entry::release(x)],
+        }
+        .encode(),
+    );
+    let pending = frame(
+        &WconfdRequest::HasPendingRequest {
+            owner: waiter.owner.clone(),
+        }
+        .encode(),
+    );
+    let mut control = wconfd.connect()?;
+    let mut waiting = wconfd.connect()?;
+    let mut seconds = Vec::with_capacity(bench.sizes.death_kills);
+    for kill in 0..bench.sizes.death_kills {
+        let name = format!("holder-{kill}");
+        let mut holder = Holder::spawn(&bench.exe, &wconfd.livelock_dir, &name)?;
+        let take_x = frame(
+            &WconfdRequest::TryUpdateLocks {
+                owner: holder.owner.clone(),
+                request: wanted.clone(),
+            }
+            .encode(),
+        );
+        control
+            .call_granted(&take_x)
+            .context(|| format!("{name} taking node/x"))?;
+        waiting.send(&await_x)?;
+        // The await is held (not answered) once wconfd has filed it.
+        wait_until(&mut control, &pending, &json!(true))
+            .context(|| "the waiter's awaitLocks to be filed".to_owned())?;
+
+        let killed = Instant::now();
+        holder.kill()?;
+        expect_granted(waiting.receive()?).context(|| {
+            format!(
+                "the waiter's awaitLocks after kill -9 of {name} (within {AWAIT_TIMEOUT_MS} ms)"
+            )
+        })?;
+        seconds.push(killed.elapsed().as_secs_f64());
+
+        holder.reap()?;
+        waiting.call_granted(&release_x)?;
+    }
+    expect_lock_count(&wconfd, 0).context(|| "after the last kill".to_owned())?;
+    wconfd.stop()?;
+    seconds.sort_by(f64::total_cmp);
+    Ok(vec![
+        Measure::new(
+            "p50 kill -9 to grant",
+            Unit::Seconds,
+            percentile(&seconds, 0.50),
+        ),
+        Measure::new(
+            "p99 kill -9 to grant",
+            Unit::Seconds,
+            percentile(&seconds, 0.99),
+        )
+        .with_target(Target::Below(DEATH_P99_SECONDS_MAX)),
+    ])
+}
+
+/// Repeats `frame` until its result is `expected`, for at most
+/// [`REPLY_TIMEOUT`]. Queries change nothing, so each costs no sync.
+fn wait_until(client: &mut Client, frame: &[u8], expected: &Value) -> Result<()> {
+    let deadline = Instant::now() + REPLY_TIMEOUT;
+    loop {
+        let result = result_of(client.call(frame)?)?;
+        if result == *expected {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return fail(format!(
+                "still {result} after {} s, expected {expected}",
+                REPLY_TIMEOUT.as_secs()
+            ));
+        }
+    }
+}
+
+/// The holder process of `death`: another copy of this executable holding
+/// its own livelock. Killed with SIGKILL (and reaped) when dropped.
+struct Holder {
+    child: Child,
+    /// Its owner, with its pid.
+    owner: Owner,
+    reaped: bool,
+}
+
+impl Holder {
+    /// Starts a holder and waits until it holds its livelock.
+    fn spawn(exe: &Path, livelock_dir: &Path, name: &str) -> Result<Holder> {
+        let child = Command::new(exe)
+            .arg("--hold-livelock")
+            .arg(livelock_dir)
+            .arg(name)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .context(|| format!("cannot start {}", exe.display()))?;
+        let mut holder = Holder {
+            owner: bench_owner(name, &livelock_dir.join(name), child.id()),
+            child,
+            reaped: false,
+        };
+        let stdout = holder.child.stdout.take().expect("stdout was piped");
+        let mut line = String::new();
+        // A holder that fails exits, which ends this read.
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .context(|| format!("cannot read from holder {name}"))?;
+        if line.trim() != "ready" {
+            return fail(format!("holder {name} did not get ready (said {line:?})"));
+        }
+        Ok(holder)
+    }
+
+    fn kill(&mut self) -> Result<()> {
+        self.child
+            .kill()
+            .context(|| format!("cannot kill holder {}", self.child.id()))
+    }
+
+    fn reap(&mut self) -> Result<()> {
+        self.child
+            .wait()
+            .context(|| format!("cannot reap holder {}", self.child.id()))?;
+        self.reaped = true;
+        Ok(())
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        if !self.reaped {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// `wconfd-bench --hold-livelock DIR NAME`: takes the livelock `DIR/NAME`,
+/// says "ready" and holds it until killed, or until its stdin closes (the
+/// bench ended), so no holder outlives the bench.
+fn hold_livelock(dir: &Path, name: &str) -> Result<()> {
+    let livelock = Livelock::create(dir, name)
+        .context(|| format!("cannot take the livelock {}", dir.join(name).display()))?;
+    let mut stdout = io::stdout();
+    writeln!(stdout, "ready")
+        .and_then(|()| stdout.flush())
+        .context(|| "cannot say ready".to_owned())?;
+    let _ = io::stdin().read_to_end(&mut Vec::new());
+    drop(livelock);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// wconfd
+
+/// wconfd (or the null server standing in for it) on a fresh root of its
+/// own. The daemon is killed and the root removed when this is dropped.
+struct Wconfd {
+    kind: ServerKind,
+    binary: PathBuf,
+    /// Holds the root and wconfd's log.
+    dir: PathBuf,
+    root: PathBuf,
+    socket: PathBuf,
+    livelock_dir: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+/// What answers on the socket.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ServerKind {
+    Wconfd,
+    /// This executable's [`null_server`]: the machine's ceiling.
+    Null,
+}
+
+impl Wconfd {
+    /// Starts wconfd on a fresh root and waits until it answers.
+    fn start(bench: &Bench) -> Result<Wconfd> {
+        Wconfd::start_kind(bench, ServerKind::Wconfd)
+    }
+
+    fn start_kind(bench: &Bench, kind: ServerKind) -> Result<Wconfd> {
+        let dir = bench.workspace.next_run_dir();
+        let root = dir.join("root");
+        fs::create_dir_all(&root).context(|| format!("cannot create {}", root.display()))?;
+        let binary = match kind {
+            ServerKind::Wconfd => bench.wconfd.clone(),
+            ServerKind::Null => bench.exe.clone(),
+        };
+        let mut wconfd = Wconfd {
+            kind,
+            binary,
+            socket: root.join(SOCKET_PATH),
+            livelock_dir: root.join(LIVELOCK_DIR),
+            log: dir.join("wconfd.log"),
+            root,
+            dir,
+            child: None,
+        };
+        wconfd.spawn()?;
+        Ok(wconfd)
+    }
+
+    /// Starts wconfd on the root and answers the time from the spawn to its
+    /// first `echo` reply.
+    fn spawn(&mut self) -> Result<Duration> {
+        assert!(self.child.is_none(), "one wconfd per root");
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .context(|| format!("cannot open {}", self.log.display()))?;
+        let spawned = Instant::now();
+        let root_flag = match self.kind {
+            ServerKind::Wconfd => "--root",
+            ServerKind::Null => "--null-server",
+        };
+        let child = Command::new(&self.binary)
+            .arg(root_flag)
+            .arg(&self.root)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context(|| format!("cannot start {}", self.binary.display()))?;
+        let child = self.child.insert(child);
+        let deadline = spawned + PROCESS_TIMEOUT;
+        let mut client = loop {
+            // Connecting is the readiness signal: wconfd binds only once its
+            // state is loaded and cleaned.
+            match UnixStream::connect(&self.socket) {
+                Ok(stream) => break Client::new(stream, "wconfd")?,
+                Err(error) if Instant::now() > deadline => {
+                    return fail(format!(
+                        "wconfd did not accept within {} s ({error}); log: {}",
+                        PROCESS_TIMEOUT.as_secs(),
+                        self.log.display()
+                    ));
+                }
+                Err(_) => {}
+            }
+            if let Some(status) = child
+                .try_wait()
+                .context(|| "cannot watch wconfd".to_owned())?
+            {
+                self.child = None;
+                return fail(format!(
+                    "wconfd exited at start ({status}):\n{}",
+                    log_tail(&self.log)
+                ));
+            }
+            thread::sleep(POLL_PAUSE);
+        };
+        let echo =
+            result_of(client.call(&frame(&WconfdRequest::Echo("ready?".to_owned()).encode()))?)?;
+        let elapsed = spawned.elapsed();
+        if echo != json!("ready?") && self.kind == ServerKind::Wconfd {
+            return fail(format!("wconfd echoed {echo}, not \"ready?\""));
+        }
+        Ok(elapsed)
+    }
+
+    /// SIGTERM, then waits for a clean exit.
+    fn stop(&mut self) -> Result<()> {
+        let child = self.child.as_mut().expect("wconfd is running");
+        crate::sys::send_signal(child.id(), Signal::SIGTERM)
+            .context(|| "cannot send SIGTERM to wconfd".to_owned())?;
+        let deadline = Instant::now() + PROCESS_TIMEOUT;
+        let status = loop {
+            if let Some(status) = child
+                .try_wait()
+                .context(|| "cannot watch wconfd".to_owned())?
+            {
+                break status;
+            }
+            if Instant::now() > deadline {
+                return fail(format!(
+                    "wconfd did not stop within {} s of SIGTERM",
+                    PROCESS_TIMEOUT.as_secs()
+                ));
+            }
+            thread::sleep(POLL_PAUSE);
+        };
+        self.child = None;
+        if !status.success() {
+            return fail(format!(
+                "wconfd stopped with {status}:\n{}",
+                log_tail(&self.log)
+            ));
+        }
+        Ok(())
+    }
+
+    /// kill -9, as a crash: the next start replays the journal.
+    fn kill(&mut self) -> Result<()> {
+        let mut child = self.child.take().expect("wconfd is running");
+        child
+            .kill()
+            .and_then(|()| child.wait())
+            .context(|| "cannot kill wconfd".to_owned())?;
+        Ok(())
+    }
+
+    fn connect(&self) -> Result<Client> {
+        let stream = UnixStream::connect(&self.socket)
+            .context(|| format!("cannot connect to {}", self.socket.display()))?;
+        Client::new(stream, "wconfd")
+    }
+}
+
+impl Drop for Wconfd {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Checks that `listAllLocks` lists exactly `count` locks.
+fn expect_lock_count(wconfd: &Wconfd, count: usize) -> Result<()> {
+    let mut client = wconfd.connect()?;
+    let locks = result_of(client.call(&frame(&WconfdRequest::ListAllLocks.encode()))?)?;
+    match locks.as_array() {
+        Some(locks) if locks.len() == count => Ok(()),
+        Some(locks) => fail(format!(
+            "listAllLocks lists {} locks, expected {count}",
+            locks.len()
+        )),
+        None => fail(format!("listAllLocks answered {locks}, not a list")),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The null server: the machine's ceiling
+
+/// The reply of the null server to every frame: a granted lock update.
+const NULL_REPLY: &[u8] = b"{\"success\":true,\"result\":[]}\x03";
+
+/// How often the null server looks at its stop flag when idle.
+const NULL_SERVER_TICK: Duration = Duration::from_millis(50);
+
+/// Serves `root`'s wconfd socket doing nothing at all: every frame gets
+/// [`NULL_REPLY`] at once. One thread and one mio loop, as wconfd, so the
+/// lock loop against it measures what the machine's sockets, scheduler and
+/// this client cost before wconfd does any work. Stops on SIGTERM.
+fn null_server(root: &Path) -> Result<()> {
+    use mio::net::{UnixListener, UnixStream as MioStream};
+    use mio::{Events, Interest, Poll, Token};
+
+    const LISTENER: Token = Token(usize::MAX);
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&stop))
+        .context(|| "cannot handle SIGTERM".to_owned())?;
+    let path = root.join(SOCKET_PATH);
+    // The bench's owners keep their livelocks where wconfd's would be.
+    for dir in [
+        path.parent().expect("the socket has a directory"),
+        &root.join(LIVELOCK_DIR),
+    ] {
+        fs::create_dir_all(dir).context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let mut listener =
+        UnixListener::bind(&path).context(|| format!("cannot bind {}", path.display()))?;
+    let mut poll = Poll::new().context(|| "cannot create a poll".to_owned())?;
+    poll.registry()
+        .register(&mut listener, LISTENER, Interest::READABLE)
+        .context(|| "cannot watch the listener".to_owned())?;
+    // Per connection: the stream and the replies not yet written.
+    let mut connections: Vec<Option<(MioStream, Vec<u8>)>> = Vec::new();
+    let mut events = Events::with_capacity(1024);
+    let mut buffer = vec![0; 64 * 1024];
+    while !stop.load(Ordering::Relaxed) {
+        match poll.poll(&mut events, Some(NULL_SERVER_TICK)) {
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            other => other.context(|| "cannot poll".to_owned())?,
+        }
+        for event in &events {
+            if event.token() == LISTENER {
+                while let Ok((mut stream, _)) = listener.accept() {
+                    let token = Token(connections.len());
+                    poll.registry()
+                        .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+                        .context(|| "cannot watch a connection".to_owned())?;
+                    connections.push(Some((stream, Vec::new())));
+                }
+                continue;
+            }
+            let slot = &mut connections[event.token().0];
+            let Some((stream, pending)) = slot else {
+                continue;
+            };
+            let mut open = true;
+            loop {
+                match stream.read(&mut buffer) {
+                    Ok(0) => {
+                        open = false;
+                        break;
+                    }
+                    Ok(read) => {
+                        let frames = buffer[..read].iter().filter(|&&byte| byte == ETX).count();
+                        for _ in 0..frames {
+                            pending.extend_from_slice(NULL_REPLY);
+                        }
+                    }
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        open = false;
+                        break;
+                    }
+                }
+            }
+            while open && !pending.is_empty() {
+                match stream.write(pending) {
+                    Ok(written) => {
+                        pending.drain(..written);
+                    }
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => open = false,
+                }
+            }
+            if !open {
+                *slot = None;
+            }
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Client side of the protocol
+
+/// The lock loop's call on a connection to wconfd.
+trait CallGranted {
+    /// Sends a lock update and checks that it was granted.
+    fn call_granted(&mut self, frame: &[u8]) -> Result<()>;
+}
+
+impl CallGranted for Client {
+    fn call_granted(&mut self, frame: &[u8]) -> Result<()> {
+        expect_granted(self.call(frame)?)
+    }
+}
+
+/// The result of a reply of wconfd.
+fn result_of(reply: &[u8]) -> Result<Value> {
+    harness::result_of("wconfd", reply)
+}
+
+/// Checks that a lock update answered `[]` (granted, nobody blocks it).
+fn expect_granted(reply: &[u8]) -> Result<()> {
+    // wconfd's exact bytes for `[]`: the lock loop checks every reply
+    // without parsing it, so the bench's own CPU stays off the figures.
+    // Anything else is parsed, so another spelling of `[]` still passes.
+    const GRANTED: &[u8] = br#"{"success":true,"result":[]}"#;
+    if reply == GRANTED {
+        return Ok(());
+    }
+    match result_of(reply)? {
+        Value::Array(blockers) if blockers.is_empty() => Ok(()),
+        other => fail(format!("expected [] (granted), got {other}")),
+    }
+}
+
+/// A lock owner the bench acts as, its livelock held by this process.
+struct BenchOwner {
+    name: String,
+    owner: Owner,
+    _livelock: Livelock,
+}
+
+impl BenchOwner {
+    fn new(livelock_dir: &Path, name: &str) -> Result<BenchOwner> {
+        let livelock = Livelock::create(livelock_dir, name)
+            .context(|| format!("cannot take the livelock {name}"))?;
+        Ok(BenchOwner {
+            name: name.to_owned(),
+            owner: bench_owner(name, livelock.path(), std::process::id()),
+            _livelock: livelock,
+        })
+    }
+}
+
+/// An owner named `name` with `livelock` and `pid`. The workspace path
+/// was checked to be UTF-8, so the lossy conversion is exact.
+/// `node/<name>`.
+fn node_lock(name: &str) -> LockName {
+    LockName::parse(&format!("node/{name}")).expect("the bench's node names are valid")
+}
+
+fn bench_owner(name: &str, livelock: &Path, pid: u32) -> Owner {
+    Owner::named(name, livelock.to_string_lossy(), pid)
+}
+
+// ---------------------------------------------------------------------------
+// Runs (measures and reports: crate::bench)
+
+fn run_scenario(scenario: Scenario, bench: &Bench) -> Result<Report> {
+    let description = describe(scenario, bench.sizes);
+    bench::run_scenario(scenario, &description, bench.runs, || scenario.run(bench))
+}
+
+fn describe(scenario: Scenario, sizes: &Sizes) -> String {
+    let window = format!(
+        "{} warm-up, then {} measured",
+        Unit::Seconds.format(sizes.warmup.as_secs_f64()),
+        Unit::Seconds.format(sizes.window.as_secs_f64())
+    );
+    match scenario {
+        Scenario::Throughput => format!(
+            "N clients (thread + connection + owner each) loop tryUpdateLocks \
+             [cluster/BGL shared, node/<own> exclusive] then [both release];\n   \
+             every reply checked; lock RPCs/s over {window}; N = {};\n   \
+             the same against a null server (answers every frame at once: the ceiling);\n   \
+             then the disk's bound for one write in flight: clients / (1.5 journal writes)",
+            sizes.throughput_clients.map(|n| n.to_string()).join(", ")
+        ),
+        Scenario::Latency => format!(
+            "one client, round trips of the same acquire/release (at most {} or {});\n   \
+             fsync = median of {FSYNC_RECORD_BYTES} B append + fdatasync in the root's \
+             file system (at most {} or {});\n   journal write = median of one block \
+             written with O_DIRECT | O_DSYNC into a zero-filled file there (or an \
+             overwrite + fdatasync without direct I/O)",
+            grouped(sizes.latency_rtts_max as u64),
+            Unit::Seconds.format(sizes.latency_time_max.as_secs_f64()),
+            grouped(sizes.fsyncs_max as u64),
+            Unit::Seconds.format(sizes.fsync_time_max.as_secs_f64()),
+        ),
+        Scenario::Scale => format!(
+            "the {}-client loop ({window}) on an empty table, then with {} owners \
+             holding {} node locks each\n   (set up with pipelined tryUpdateLocks, \
+             {} per batch); then restarts with that table: spawn to first echo \
+             reply,\n   after SIGTERM and after kill -9 (journal replay); \
+             listAllLocks checked after each step",
+            sizes.scale_clients,
+            grouped(sizes.scale_owners as u64),
+            sizes.scale_locks_per_owner,
+            sizes.setup_batch,
+        ),
+        Scenario::Death => format!(
+            "a holder process (its own livelock) holds node/x, a waiter blocks in \
+             awaitLocks (timeout {AWAIT_TIMEOUT_MS} ms);\n   time from kill -9 of the \
+             holder to the waiter's [] reply; {} kills per run",
+            sizes.death_kills
+        ),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Output
+
+/// What a figure needs beside it to mean something later: the machine, the
+/// code, the binaries, the file system under the roots and the load.
+fn print_context(bench: &Bench) -> Result<()> {
+    let context = BenchContext::read();
+    let sizes = bench.sizes;
+    let fsync = fsync_cost(
+        &bench.workspace.dir,
+        FSYNC_RECORD_BYTES,
+        sizes.fsyncs_max,
+        sizes.fsync_time_max,
+    )?;
+    context.print(
+        "wconfd-bench: the real wconfd over its socket, one fresh root per run",
+        &bench.command_line,
+    );
+    println!(
+        "wconfd  : {} (built {})",
+        bench.wconfd.display(),
+        age(&bench.wconfd)
+    );
+    println!(
+        "roots   : {} ({})",
+        bench.workspace.dir.display(),
+        file_system(&bench.workspace.dir)
+    );
+    println!(
+        "fsync   : {} median ({FSYNC_RECORD_BYTES} B append + fdatasync there, at start)",
+        Unit::Seconds.format(fsync)
+    );
+    print_mode(bench.quick, bench.runs);
+    Ok(())
+}

@@ -1,0 +1,37 @@
+//! The layout of a root directory: where each daemon, the runner and the
+//! `warden` command find what they share. Every path here is relative to
+//! the root (`--root DIR` or `WARDEN_ROOT`); the queue's files are
+//! relative to [`QUEUE_DIR`].
+
+/// The directory of both sockets.
+pub const SOCKET_DIR: &str = "socket";
+/// wconfd's socket.
+pub const WCONFD_SOCKET_PATH: &str = "socket/wconfd.sock";
+/// luxid's socket.
+pub const LUXID_SOCKET_PATH: &str = "socket/luxid.sock";
+
+/// Held (flock) by the running wconfd of a root.
+pub const WCONFD_INSTANCE_LOCK_FILE: &str = "wconfd.lock";
+/// Livelock files of owners (runners, clients) and daemons.
+pub const LIVELOCK_DIR: &str = "livelocks";
+/// The cluster configuration, written by wconfd.
+pub const CONFIG_FILE: &str = "config.data";
+/// The lock state's snapshot, beside its journal.
+pub const LOCK_SNAPSHOT_FILE: &str = "locks.data";
+/// The journal of lock operations since the snapshot.
+pub const LOCK_JOURNAL_FILE: &str = "locks.journal";
+/// The optional settings file.
+pub const SETTINGS_FILE: &str = "warden.toml";
+
+/// The job queue: job files, serial, archive, drain flag.
+pub const QUEUE_DIR: &str = "queue";
+/// Under [`QUEUE_DIR`]: the last serial given, written at a clean stop.
+pub const SERIAL_FILE: &str = "serial";
+/// Under [`QUEUE_DIR`]: the queue's format version.
+pub const VERSION_FILE: &str = "version";
+/// Under [`QUEUE_DIR`]: held (flock) by the running luxid.
+pub const QUEUE_LOCK_FILE: &str = "lock";
+/// Under [`QUEUE_DIR`]: present while the queue is drained.
+pub const DRAIN_FILE: &str = "drain";
+/// Under [`QUEUE_DIR`]: archived jobs.
+pub const ARCHIVE_DIR: &str = "archive";
