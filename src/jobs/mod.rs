@@ -271,6 +271,70 @@ impl Job {
     }
 }
 
+/// The result of an opcode that failed outside its own program (its
+/// runner died, or could not be started): Ganeti's `OpExecError` form.
+pub fn exec_error(message: impl Into<String>) -> Value {
+    json!(["OpExecError", [message.into()]])
+}
+
+/// The result of an opcode canceled before it started.
+pub fn canceled_by_request() -> Value {
+    json!("Job canceled by request")
+}
+
+impl Job {
+    /// The values of `fields` (known names, see [`FIELDS`]) as one list,
+    /// as `WaitForJobChange` compares and answers them.
+    pub fn field_values(&self, fields: &[&str]) -> Value {
+        Value::Array(
+            fields
+                .iter()
+                .map(|field| self.field(field, false).unwrap_or(Value::Null))
+                .collect(),
+        )
+    }
+}
+
+/// A keyed 64-bit digest of a value's structure: equal values share it;
+/// two different ones do with a chance of about 2^-64. Walks the value,
+/// writes no text.
+pub fn digest_values(keys: &std::hash::RandomState, value: &Value) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    fn feed(hasher: &mut impl Hasher, value: &Value) {
+        match value {
+            Value::Null => 0u8.hash(hasher),
+            Value::Bool(b) => (1u8, *b).hash(hasher),
+            Value::Number(number) => {
+                2u8.hash(hasher);
+                if let Some(n) = number.as_u64() {
+                    (0u8, n).hash(hasher);
+                } else if let Some(n) = number.as_i64() {
+                    (1u8, n).hash(hasher);
+                } else {
+                    (2u8, number.as_f64().unwrap_or(f64::NAN).to_bits()).hash(hasher);
+                }
+            }
+            Value::String(text) => (3u8, text).hash(hasher),
+            Value::Array(items) => {
+                (4u8, items.len()).hash(hasher);
+                for item in items {
+                    feed(hasher, item);
+                }
+            }
+            Value::Object(fields) => {
+                (5u8, fields.len()).hash(hasher);
+                for (name, item) in fields {
+                    name.hash(hasher);
+                    feed(hasher, item);
+                }
+            }
+        }
+    }
+    let mut hasher = keys.build_hasher();
+    feed(&mut hasher, value);
+    hasher.finish()
+}
+
 /// Every field QueryJobs and WaitForJobChange know.
 pub const FIELDS: [&str; 16] = [
     "id",
@@ -373,6 +437,26 @@ mod tests {
         assert_eq!(op.summary(), "TEST_DELAY(2.0)");
         let op = QueuedOpcode::new(json!({"OP_ID": "OP_EXEC", "argv": ["/bin/true"]}), 0);
         assert_eq!(op.summary(), "EXEC(/bin/true)");
+    }
+
+    #[test]
+    fn digests_tell_values_apart_by_structure() {
+        let keys = std::hash::RandomState::new();
+        let digest = |value: Value| digest_values(&keys, &value);
+        assert_eq!(
+            digest(json!([1, "a", {"b": null}])),
+            digest(json!([1, "a", {"b": null}]))
+        );
+        for (one, other) in [
+            (json!([1]), json!([1.0])),
+            (json!([1]), json!(["1"])),
+            (json!([[1], 2]), json!([[1, 2]])),
+            (json!(["ab", "c"]), json!(["a", "bc"])),
+            (json!(null), json!(false)),
+            (json!({"a": 1}), json!({"a": 2})),
+        ] {
+            assert_ne!(digest(one.clone()), digest(other.clone()), "{one} {other}");
+        }
     }
 
     #[test]

@@ -84,6 +84,13 @@ impl LockOp {
 impl LockManager {
     /// Runs one operation.
     pub fn apply(&mut self, op: &LockOp) -> OpOutcome {
+        let outcome = self.apply_unchecked(op);
+        #[cfg(debug_assertions)]
+        self.check_invariants();
+        outcome
+    }
+
+    fn apply_unchecked(&mut self, op: &LockOp) -> OpOutcome {
         match op {
             LockOp::TryUpdate { owner, request } => {
                 OpOutcome::Update(self.try_update(owner, request))

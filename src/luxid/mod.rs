@@ -6,6 +6,7 @@
 //! *before* the socket is bound, so a client that can connect never sees a
 //! dead job as running ("connect succeeds" means "ready").
 
+pub mod core;
 mod server;
 
 use std::io;

@@ -74,8 +74,7 @@ use crate::queue;
 use crate::settings::Settings;
 use crate::store::StoreError;
 
-// Until luxid's shell names them at their home.
-pub use crate::jobs::runner_contract::{WAIT_FOR_COMMIT_FLAG, exit_cause, livelock_secs};
+use crate::jobs::runner_contract::livelock_secs;
 
 use self::dependency::Verdict;
 use self::log::JobLog;

@@ -22,9 +22,7 @@ use crate::store::lock_state::LockStore;
 
 pub use server::Server;
 
-use crate::paths::{SOCKET_DIR, WCONFD_INSTANCE_LOCK_FILE, WCONFD_SOCKET_PATH};
-// Until luxid's shell names it at its home.
-pub use crate::paths::LIVELOCK_DIR;
+use crate::paths::{LIVELOCK_DIR, SOCKET_DIR, WCONFD_INSTANCE_LOCK_FILE, WCONFD_SOCKET_PATH};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {

@@ -731,7 +731,7 @@ fn a_runner_started_before_the_commit_waits_for_luxids_word() {
         Command::new(env!("CARGO_BIN_EXE_job-runner"))
             .arg("--root")
             .arg(&root)
-            .arg(warden::runner::WAIT_FOR_COMMIT_FLAG)
+            .arg(warden::jobs::runner_contract::WAIT_FOR_COMMIT_FLAG)
             .arg("1")
             .stdin(Stdio::piped())
             .stdout(Stdio::null())

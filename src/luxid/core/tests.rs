@@ -1,0 +1,782 @@
+//! One or more tests for each input of the queue core, driven by hand:
+//! every effect the core asks for is looked at, and answered as a shell
+//! would (or refused, as a full disk would).
+
+use super::*;
+use crate::jobs::QueuedOpcode;
+use serde_json::json;
+
+const C: Conn = Conn(7);
+
+fn config(max_running_jobs: usize) -> Config {
+    Config {
+        max_running_jobs,
+        queue_jobs_max: 10,
+        livelock_dir: PathBuf::from("/ll"),
+    }
+}
+
+/// An unfinished job of one opcode, depending on `depends`.
+fn job(id: JobId, priority: i64, depends: &[JobId]) -> Job {
+    let depends: Vec<Value> = depends.iter().map(|dep| json!([dep, []])).collect();
+    let input = json!({
+        "OP_ID": "OP_TEST_DELAY",
+        "duration": 0.1,
+        "priority": priority,
+        "depends": depends,
+    });
+    Job {
+        id,
+        ops: vec![QueuedOpcode::new(input, priority)],
+        received_timestamp: Some(crate::jobs::Timestamp(1000, 0)),
+        start_timestamp: None,
+        end_timestamp: None,
+        livelock: None,
+        process_id: None,
+    }
+}
+
+fn with_status(mut job: Job, status: Status) -> Job {
+    for op in &mut job.ops {
+        op.status = status;
+    }
+    job
+}
+
+/// The job as its runner writes it once it runs.
+fn running(job: Job, pid: u32) -> Job {
+    let mut job = with_status(job, Status::Running);
+    job.livelock = Some(format!("/ll/job_{:06}_1000", job.id));
+    job.process_id = Some(pid);
+    job
+}
+
+struct Driver {
+    core: QueueCore,
+    now: Instant,
+}
+
+impl Driver {
+    fn new(max_running_jobs: usize) -> Driver {
+        Driver::restored(max_running_jobs, Restored::default()).0
+    }
+
+    fn restored(max_running_jobs: usize, restored: Restored) -> (Driver, Vec<Effect>) {
+        let now = Instant::now();
+        let (core, effects) =
+            QueueCore::new(config(max_running_jobs), restored, RandomState::new(), now);
+        core.check_invariants();
+        (Driver { core, now }, effects)
+    }
+
+    fn feed(&mut self, input: Input) -> Vec<Effect> {
+        let effects = self.core.handle(input, self.now);
+        self.core.check_invariants();
+        effects
+    }
+
+    fn request(&mut self, command: Command) -> Vec<Effect> {
+        self.feed(Input::Request { conn: C, command })
+    }
+
+    /// Submits `jobs` (one request each) and commits them, starting
+    /// every runner the core asks for; answers the pids given (pid = 100 +
+    /// id).
+    fn submit(&mut self, jobs: Vec<Job>) {
+        for job in jobs {
+            let effects = self.request(Command::Submit {
+                jobs: vec![Ok(job)],
+                ignore_drain: false,
+                many: false,
+            });
+            assert!(
+                matches!(&effects[..], [Effect::Reply { reply: Ok(_), .. }]),
+                "{effects:?}"
+            );
+        }
+        let effects = self.feed(Input::EndTurn);
+        let [Effect::Commit { start, .. }] = &effects[..] else {
+            panic!("{effects:?}")
+        };
+        let spawned = start.iter().map(|&id| (id, Ok(100 + id as u32))).collect();
+        let effects = self.feed(Input::Committed {
+            result: Ok(()),
+            spawned,
+        });
+        self.spawn_all(effects);
+    }
+
+    fn spawn_all(&mut self, effects: Vec<Effect>) {
+        for effect in effects {
+            if let Effect::Spawn { id } = effect {
+                let more = self.feed(Input::Spawned {
+                    id,
+                    pid: 100 + id as u32,
+                });
+                assert!(more.is_empty(), "{more:?}");
+            }
+        }
+    }
+
+    fn do_ok(&mut self, effects: &[Effect]) -> Vec<Effect> {
+        self.answer(effects, Ok(()))
+    }
+
+    fn answer(&mut self, effects: &[Effect], result: Result<(), String>) -> Vec<Effect> {
+        let ticket = effects
+            .iter()
+            .find_map(|effect| match effect {
+                Effect::Do { ticket, .. } => Some(*ticket),
+                _ => None,
+            })
+            .expect("an action");
+        self.feed(Input::Done { ticket, result })
+    }
+
+    fn status(&self, id: JobId) -> Option<Status> {
+        self.core.job(id).map(|job| job.status())
+    }
+}
+
+fn reply(effects: &[Effect]) -> &Reply {
+    effects
+        .iter()
+        .find_map(|effect| match effect {
+            Effect::Reply { reply, .. } => Some(reply),
+            _ => None,
+        })
+        .expect("a reply")
+}
+
+fn outcome(done: bool, message: &str) -> Reply {
+    Ok(Answer::Outcome(done, message.to_owned()))
+}
+
+#[test]
+fn submissions_take_the_next_ids_and_are_checked_in_order() {
+    let mut driver = Driver::new(2);
+    let effects = driver.request(Command::Submit {
+        jobs: vec![
+            Ok(job(1, 0, &[])),
+            Err("bad".to_owned()),
+            Ok(job(2, 0, &[])),
+        ],
+        ignore_drain: false,
+        many: true,
+    });
+    assert_eq!(
+        reply(&effects),
+        &Ok(Answer::SubmittedMany(vec![
+            Ok(1),
+            Err("bad".to_owned()),
+            Ok(2)
+        ]))
+    );
+    assert_eq!(driver.core.serial(), 2);
+    let effects = driver.request(Command::Submit {
+        jobs: vec![Err("no opcodes".to_owned())],
+        ignore_drain: false,
+        many: false,
+    });
+    assert_eq!(
+        reply(&effects),
+        &Err(Refusal::Prereq("no opcodes".to_owned()))
+    );
+    let effects = driver.request(Command::Submit {
+        jobs: vec![Err(String::new()); SUBMIT_MANY_JOBS_MAX + 1],
+        ignore_drain: false,
+        many: true,
+    });
+    assert_eq!(
+        reply(&effects),
+        &Err(Refusal::TooManyJobs(SUBMIT_MANY_JOBS_MAX + 1))
+    );
+    let effects = driver.request(Command::Submit {
+        jobs: (3..12).map(|id| Ok(job(id, 0, &[]))).collect(),
+        ignore_drain: false,
+        many: true,
+    });
+    assert_eq!(
+        reply(&effects),
+        &Err(Refusal::QueueFull { jobs: 2, max: 10 })
+    );
+    assert_eq!(driver.core.serial(), 2, "a refused submission takes no id");
+}
+
+#[test]
+fn a_drained_queue_refuses_submissions_but_the_drained_kind() {
+    let mut driver = Driver::new(1);
+    let effects = driver.request(Command::SetDrain { drained: true });
+    assert!(!driver.core.is_drained(), "only once written");
+    let effects = driver.answer(&effects, Err("disk full".to_owned()));
+    assert_eq!(
+        reply(&effects),
+        &Err(Refusal::Failed(
+            "cannot set the drain flag: disk full".to_owned()
+        ))
+    );
+    assert!(!driver.core.is_drained());
+    let effects = driver.request(Command::SetDrain { drained: true });
+    assert_eq!(reply(&driver.do_ok(&effects)), &Ok(Answer::DrainSet));
+    let effects = driver.request(Command::Submit {
+        jobs: vec![Ok(job(1, 0, &[]))],
+        ignore_drain: false,
+        many: false,
+    });
+    assert_eq!(reply(&effects), &Err(Refusal::Drained));
+    let effects = driver.request(Command::Submit {
+        jobs: vec![Ok(job(1, 0, &[]))],
+        ignore_drain: true,
+        many: false,
+    });
+    assert_eq!(reply(&effects), &Ok(Answer::Submitted(1)));
+}
+
+#[test]
+fn new_jobs_start_during_their_commit_up_to_the_limit_in_priority_order() {
+    let mut driver = Driver::new(2);
+    for job in [
+        job(1, 0, &[]),
+        job(2, -5, &[]),
+        job(3, 0, &[]),
+        job(4, -10, &[1]),
+    ] {
+        driver.request(Command::Submit {
+            jobs: vec![Ok(job)],
+            ignore_drain: false,
+            many: false,
+        });
+    }
+    let effects = driver.feed(Input::EndTurn);
+    // Job 4 has the best priority but waits for job 1.
+    assert_eq!(
+        effects,
+        [Effect::Commit {
+            jobs: vec![1, 2, 3, 4],
+            start: vec![2, 1],
+        }]
+    );
+    // The commit returned after one spawn: the other starts after it.
+    let effects = driver.feed(Input::Committed {
+        result: Ok(()),
+        spawned: vec![(2, Ok(102))],
+    });
+    assert_eq!(effects, [Effect::Spawn { id: 1 }]);
+    assert_eq!(driver.core.runner(2), Some(&Runner::Running { pid: 102 }));
+    driver.spawn_all(effects);
+    assert_eq!(driver.core.queued().collect::<Vec<_>>(), [4, 3]);
+}
+
+#[test]
+fn a_refused_commit_forgets_its_jobs_and_answers_their_watchers() {
+    let mut driver = Driver::new(1);
+    driver.request(Command::Submit {
+        jobs: vec![Ok(job(1, 0, &[]))],
+        ignore_drain: false,
+        many: false,
+    });
+    let effects = driver.request(Command::WaitForChange {
+        id: 1,
+        fields: vec!["status"],
+        previous: json!(["queued"]),
+        log_serial: 0,
+        timeout: Duration::from_secs(10),
+    });
+    assert!(matches!(effects[..], [Effect::Hold { .. }]));
+    driver.feed(Input::EndTurn);
+    let effects = driver.feed(Input::Committed {
+        result: Err("disk full".to_owned()),
+        spawned: vec![(1, Ok(101))],
+    });
+    assert_eq!(
+        effects,
+        [Effect::Release {
+            conn: C,
+            reply: Err(Refusal::JobLost(1))
+        }]
+    );
+    assert_eq!(driver.core.job_count(), 0);
+    assert!(!driver.core.is_started(1));
+    assert_eq!(driver.core.serial(), 1, "its id is not handed out again");
+}
+
+#[test]
+fn a_queued_job_is_canceled_once_its_file_is_written() {
+    let mut driver = Driver::new(1);
+    driver.submit(vec![job(1, 0, &[]), job(2, 0, &[])]);
+    let effects = driver.request(Command::Cancel { id: 2, kill: false });
+    let refused = driver.answer(&effects, Err("read-only".to_owned()));
+    assert_eq!(
+        reply(&refused),
+        &Err(Refusal::Failed("cannot write job 2: read-only".to_owned()))
+    );
+    assert_eq!(driver.core.queued().collect::<Vec<_>>(), [2]);
+    let effects = driver.request(Command::Cancel { id: 2, kill: false });
+    assert_eq!(
+        reply(&driver.do_ok(&effects)),
+        &outcome(true, "Dequeued job 2")
+    );
+    assert_eq!(driver.status(2), Some(Status::Canceled));
+    let effects = driver.request(Command::Cancel { id: 2, kill: false });
+    assert_eq!(
+        reply(&effects),
+        &outcome(false, "Job 2 has already finished")
+    );
+    let effects = driver.request(Command::Cancel { id: 9, kill: true });
+    assert_eq!(reply(&effects), &outcome(false, "Job 9 not found in queue"));
+}
+
+#[test]
+fn a_running_job_is_signalled_and_killed() {
+    let mut driver = Driver::new(1);
+    driver.submit(vec![job(1, 0, &[])]);
+    let effects = driver.request(Command::Cancel { id: 1, kill: false });
+    assert_eq!(
+        effects[0],
+        Effect::Signal {
+            id: 1,
+            pid: 101,
+            signal: RunnerSignal::Cancel
+        }
+    );
+    assert_eq!(reply(&effects), &outcome(true, "Job 1 will be canceled"));
+    driver.feed(Input::JobFileChanged {
+        job: running(job(1, 0, &[]), 101),
+    });
+    let effects = driver.request(Command::Cancel { id: 1, kill: false });
+    assert_eq!(
+        reply(&effects),
+        &outcome(
+            false,
+            "Job no longer waiting, can't cancel (informed it anyway)"
+        )
+    );
+    let effects = driver.request(Command::Cancel { id: 1, kill: true });
+    assert!(matches!(
+        effects[..],
+        [Effect::Do {
+            action: Action::KillGroup { id: 1, pid: 101 },
+            ..
+        }]
+    ));
+    let refused = driver.answer(&effects, Err("no such process".to_owned()));
+    assert_eq!(
+        reply(&refused),
+        &Err(Refusal::Failed(
+            "cannot kill job 1: no such process".to_owned()
+        ))
+    );
+}
+
+#[test]
+fn signals_for_a_runner_without_a_pid_wait_for_it() {
+    let mut driver = Driver::new(1);
+    driver.submit(vec![job(1, 0, &[])]);
+    driver.request(Command::Submit {
+        jobs: vec![Ok(job(2, 0, &[]))],
+        ignore_drain: false,
+        many: false,
+    });
+    driver.feed(Input::EndTurn);
+    driver.feed(Input::Committed {
+        result: Ok(()),
+        spawned: vec![],
+    });
+    // Job 1 ends; job 2's runner is asked for and not yet reported.
+    driver.feed(Input::JobFileChanged {
+        job: with_status(running(job(1, 0, &[]), 101), Status::Success),
+    });
+    driver.feed(Input::RunnerExited {
+        id: 1,
+        cause: None,
+        livelock_held: false,
+    });
+    let effects = driver.feed(Input::EndTurn);
+    assert_eq!(effects, [Effect::Spawn { id: 2 }]);
+    let canceled = driver.request(Command::Cancel { id: 2, kill: false });
+    assert_eq!(reply(&canceled), &outcome(true, "Job 2 will be canceled"));
+    let killed = driver.request(Command::Cancel { id: 2, kill: true });
+    assert_eq!(reply(&killed), &outcome(true, "Job 2 will be killed"));
+    let effects = driver.feed(Input::Spawned { id: 2, pid: 102 });
+    assert_eq!(
+        effects,
+        [
+            Effect::Signal {
+                id: 2,
+                pid: 102,
+                signal: RunnerSignal::Cancel
+            },
+            Effect::KillGroup { id: 2, pid: 102 },
+        ]
+    );
+}
+
+#[test]
+fn a_priority_change_reorders_the_queue_or_asks_the_runner() {
+    let mut driver = Driver::new(1);
+    driver.submit(vec![job(1, 0, &[]), job(2, 0, &[]), job(3, 0, &[])]);
+    let effects = driver.request(Command::ChangePriority {
+        id: 3,
+        priority: -5,
+    });
+    assert_eq!(
+        reply(&driver.do_ok(&effects)),
+        &outcome(
+            true,
+            "Priorities of pending opcodes for job 3 have been changed to -5"
+        )
+    );
+    assert_eq!(driver.core.queued().collect::<Vec<_>>(), [3, 2]);
+    let effects = driver.request(Command::ChangePriority { id: 1, priority: 5 });
+    assert!(matches!(
+        effects[..],
+        [Effect::Do {
+            action: Action::WritePriorityRequest { id: 1, priority: 5 },
+            ..
+        }]
+    ));
+    let effects = driver.do_ok(&effects);
+    assert_eq!(
+        effects[0],
+        Effect::Signal {
+            id: 1,
+            pid: 101,
+            signal: RunnerSignal::Priority
+        }
+    );
+    let effects = driver.request(Command::ChangePriority { id: 9, priority: 5 });
+    assert_eq!(reply(&effects), &outcome(false, "Job 9 not found"));
+}
+
+#[test]
+fn archiving_moves_finished_jobs_only_and_auto_archiving_stops_in_time() {
+    let mut driver = Driver::new(3);
+    driver.submit(vec![job(1, 0, &[]), job(2, 0, &[]), job(3, 0, &[])]);
+    let effects = driver.request(Command::Archive { id: 1 });
+    assert_eq!(reply(&effects), &Ok(Answer::Archived(false)));
+    for id in 1..=3 {
+        let mut done = with_status(running(job(id, 0, &[]), 100 + id as u32), Status::Success);
+        done.end_timestamp = Some(crate::jobs::Timestamp(2000 + id, 0));
+        driver.feed(Input::JobFileChanged { job: done });
+    }
+    let effects = driver.request(Command::Archive { id: 1 });
+    let refused = driver.answer(&effects, Err("read-only".to_owned()));
+    assert_eq!(reply(&refused), &Ok(Answer::Archived(false)));
+    assert_eq!(driver.status(1), Some(Status::Success));
+    // Jobs older than 100 s at 2102.5: 1 and 2; 2 is tried after the
+    // time limit.
+    let effects = driver.request(Command::AutoArchive {
+        age: Some(Duration::from_secs(100)),
+        timeout: Some(Duration::from_millis(10)),
+        now_secs: 2102.5,
+    });
+    driver.now += Duration::from_millis(11);
+    let effects = driver.do_ok(&effects);
+    assert_eq!(
+        reply(&effects),
+        &Ok(Answer::AutoArchived {
+            archived: 1,
+            left: 1
+        })
+    );
+    assert_eq!(driver.status(1), None);
+    assert_eq!(driver.status(2), Some(Status::Success));
+}
+
+#[test]
+fn a_wait_is_held_answered_on_change_at_the_deadline_or_dropped() {
+    let mut driver = Driver::new(1);
+    driver.submit(vec![job(1, 0, &[]), job(2, 0, &[])]);
+    let wait = |id| Command::WaitForChange {
+        id,
+        fields: vec!["status"],
+        previous: json!(["queued"]),
+        log_serial: 0,
+        timeout: Duration::from_secs(1),
+    };
+    let effects = driver.request(wait(9));
+    assert_eq!(reply(&effects), &Err(Refusal::JobLost(9)));
+    let effects = driver.request(wait(1));
+    assert!(matches!(effects[..], [Effect::Hold { conn: C, .. }]));
+    // A change of nothing it watches is not an answer.
+    let mut same = job(1, 0, &[]);
+    same.process_id = Some(101);
+    driver.feed(Input::JobFileChanged { job: same });
+    assert_eq!(driver.feed(Input::EndTurn), []);
+    driver.feed(Input::JobFileChanged {
+        job: running(job(1, 0, &[]), 101),
+    });
+    let effects = driver.feed(Input::EndTurn);
+    assert_eq!(
+        effects,
+        [Effect::Release {
+            conn: C,
+            reply: Ok(Answer::Change {
+                values: json!(["running"]),
+                log: vec![]
+            })
+        }]
+    );
+    let effects = driver.request(wait(2));
+    assert!(matches!(effects[..], [Effect::Hold { .. }]));
+    driver.now += Duration::from_secs(1);
+    let effects = driver.feed(Input::Tick);
+    assert!(matches!(
+        &effects[..],
+        [Effect::Release {
+            reply: Ok(Answer::Change { .. }),
+            ..
+        }]
+    ));
+    driver.request(wait(2));
+    driver.feed(Input::ConnectionGone { conn: C });
+    assert_eq!(driver.core.watcher_count(), 0);
+}
+
+#[test]
+fn a_finished_runner_is_done_and_the_next_job_starts() {
+    let mut driver = Driver::new(1);
+    driver.submit(vec![job(1, 0, &[]), job(2, 0, &[1])]);
+    let finished = with_status(running(job(1, 0, &[]), 101), Status::Success);
+    driver.feed(Input::JobFileChanged { job: finished });
+    assert!(driver.core.is_started(1), "until its process ends");
+    let effects = driver.feed(Input::RunnerExited {
+        id: 1,
+        cause: None,
+        livelock_held: false,
+    });
+    assert_eq!(
+        effects,
+        [
+            Effect::RemoveLivelock {
+                path: PathBuf::from("/ll/job_000001_1000")
+            },
+            Effect::RemovePriorityRequest { id: 1 },
+        ]
+    );
+    assert_eq!(driver.feed(Input::EndTurn), [Effect::Spawn { id: 2 }]);
+}
+
+#[test]
+fn a_dead_runner_is_killed_awaited_and_its_job_ended_with_retries() {
+    let mut driver = Driver::new(1);
+    driver.submit(vec![job(1, 0, &[])]);
+    driver.feed(Input::JobFileChanged {
+        job: running(job(1, 0, &[]), 101),
+    });
+    let effects = driver.feed(Input::RunnerExited {
+        id: 1,
+        cause: Some("could not write the job file"),
+        livelock_held: false,
+    });
+    let livelock = PathBuf::from("/ll/job_000001_1000");
+    assert_eq!(
+        effects,
+        [
+            Effect::KillGroup { id: 1, pid: 101 },
+            Effect::WatchLivelock {
+                id: 1,
+                path: livelock.clone()
+            },
+            Effect::Probe {
+                id: 1,
+                path: livelock.clone()
+            },
+        ]
+    );
+    let effects = driver.request(Command::Cancel { id: 1, kill: true });
+    assert_eq!(
+        reply(&effects),
+        &outcome(false, "Job 1 is being cleaned up after its death")
+    );
+    assert_eq!(
+        driver.feed(Input::Probed {
+            id: 1,
+            released: false
+        }),
+        []
+    );
+    driver.feed(Input::LivelockClosed { id: 1 });
+    let effects = driver.feed(Input::Tick);
+    assert_eq!(
+        effects,
+        [Effect::Probe {
+            id: 1,
+            path: livelock.clone()
+        }]
+    );
+    let effects = driver.feed(Input::Probed {
+        id: 1,
+        released: true,
+    });
+    let Some(Effect::Do {
+        action: Action::WriteJob(ended),
+        ..
+    }) = effects.last()
+    else {
+        panic!("{effects:?}")
+    };
+    assert_eq!(ended.status(), Status::Error);
+    assert_eq!(
+        ended.ops[0].result,
+        exec_error("detected death of job 1: its runner could not write the job file")
+    );
+    // The disk refuses; tried again after the retry interval.
+    driver.answer(&effects, Err("disk full".to_owned()));
+    assert_eq!(driver.status(1), Some(Status::Running));
+    assert!(matches!(
+        driver.core.runner(1),
+        Some(Runner::Dying {
+            failed_writes: 1,
+            ..
+        })
+    ));
+    assert_eq!(driver.feed(Input::Tick), []);
+    driver.now += DEAD_JOB_WRITE_RETRY_INTERVAL;
+    let effects = driver.feed(Input::Tick);
+    let effects = driver.feed(Input::Probed {
+        id: 1,
+        released: true,
+    });
+    let effects = driver.do_ok(&effects);
+    assert_eq!(
+        effects[0],
+        Effect::FreeLocks {
+            id: 1,
+            livelock: livelock.display().to_string(),
+            pid: 101
+        }
+    );
+    assert_eq!(driver.status(1), Some(Status::Error));
+    assert!(!driver.core.is_started(1));
+    let _ = effects;
+}
+
+#[test]
+fn a_runner_that_found_another_one_follows_it() {
+    let mut driver = Driver::new(1);
+    driver.submit(vec![job(1, 0, &[])]);
+    let effects = driver.feed(Input::RunnerExited {
+        id: 1,
+        cause: None,
+        livelock_held: true,
+    });
+    assert_eq!(effects, []);
+    assert!(matches!(
+        driver.core.runner(1),
+        Some(Runner::Claimant { .. })
+    ));
+    let effects = driver.request(Command::Cancel { id: 1, kill: false });
+    assert_eq!(reply(&effects), &outcome(true, "Job 1 will be canceled"));
+    let effects = driver.feed(Input::JobFileChanged {
+        job: running(job(1, 0, &[]), 555),
+    });
+    assert_eq!(
+        effects,
+        [
+            Effect::Signal {
+                id: 1,
+                pid: 555,
+                signal: RunnerSignal::Cancel
+            },
+            Effect::WatchRunner { id: 1, pid: 555 },
+        ]
+    );
+}
+
+#[test]
+fn start_up_follows_live_runners_and_ends_dead_ones() {
+    let restored = Restored {
+        serial: 3,
+        drained: false,
+        jobs: vec![
+            running(job(1, 0, &[]), 101),
+            running(job(2, 0, &[]), 102),
+            job(3, 0, &[]),
+            running(job(4, 0, &[]), 104),
+            job(5, 0, &[]),
+        ],
+        finished: vec![],
+        held: BTreeSet::from([1, 2, 3]),
+        watched: BTreeSet::from([1]),
+    };
+    let (mut driver, effects) = Driver::restored(1, restored);
+    assert_eq!(driver.core.serial(), 5, "at least every job's id");
+    assert_eq!(
+        effects,
+        [Effect::WatchLivelock {
+            id: 2,
+            path: PathBuf::from("/ll/job_000002_1000")
+        }]
+    );
+    assert_eq!(driver.core.runner(1), Some(&Runner::Running { pid: 101 }));
+    assert!(matches!(driver.core.runner(2), Some(Runner::Dying { .. })));
+    assert!(matches!(
+        driver.core.runner(3),
+        Some(Runner::Claimant { .. })
+    ));
+    assert!(matches!(driver.core.runner(4), Some(Runner::Dying { .. })));
+    assert_eq!(driver.core.queued().collect::<Vec<_>>(), [5]);
+    // Four runners over a limit of one: none starts.
+    assert_eq!(driver.feed(Input::EndTurn), []);
+    let effects = driver.feed(Input::Tick);
+    assert_eq!(effects.len(), 3, "{effects:?}");
+    // The claimant lets go without a pid: queued again.
+    driver.feed(Input::Probed {
+        id: 3,
+        released: true,
+    });
+    assert_eq!(driver.core.queued().collect::<Vec<_>>(), [3, 5]);
+    let effects = driver.feed(Input::Probed {
+        id: 4,
+        released: true,
+    });
+    driver.do_ok(&effects);
+    assert_eq!(driver.status(4), Some(Status::Error));
+}
+
+#[test]
+fn a_runner_that_cannot_start_ends_its_job() {
+    let mut driver = Driver::new(1);
+    driver.submit(vec![job(1, 0, &[])]);
+    driver.feed(Input::JobFileChanged {
+        job: with_status(running(job(1, 0, &[]), 101), Status::Success),
+    });
+    driver.feed(Input::RunnerExited {
+        id: 1,
+        cause: None,
+        livelock_held: false,
+    });
+    driver.request(Command::Submit {
+        jobs: vec![Ok(job(2, 0, &[]))],
+        ignore_drain: false,
+        many: false,
+    });
+    driver.feed(Input::EndTurn);
+    // It could not be spawned during the commit: tried again after.
+    let effects = driver.feed(Input::Committed {
+        result: Ok(()),
+        spawned: vec![(2, Err("no memory".to_owned()))],
+    });
+    assert_eq!(effects, [Effect::Spawn { id: 2 }]);
+    let effects = driver.feed(Input::SpawnFailed {
+        id: 2,
+        error: "no memory".to_owned(),
+    });
+    driver.do_ok(&effects);
+    assert_eq!(driver.status(2), Some(Status::Error));
+    assert!(!driver.core.is_started(2));
+}
+
+#[test]
+fn dependencies_are_parsed_once_and_absolute() {
+    let mut with_deps = job(5, 0, &[2, 3]);
+    with_deps.ops.push(QueuedOpcode::new(
+        json!({"OP_ID": "OP_TEST_DELAY", "duration": 0.1, "depends": [[1, ["success"]], [5, []]]}),
+        0,
+    ));
+    assert_eq!(dependencies(&with_deps), [1, 2, 3]);
+    let mut broken = job(6, 0, &[]);
+    broken.ops[0].input = json!({"OP_ID": "OP_NONE"});
+    assert_eq!(dependencies(&broken), Vec::<JobId>::new());
+}
