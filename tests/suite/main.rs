@@ -11,6 +11,10 @@
 //!   small scope, against the model.
 //! - [`harness`]: operations as data, applying them, comparing answers and
 //!   states.
+//! - [`queue_reference`]: a naive model of luxid's queue, and the queue
+//!   core in a simulated world of job files and runner processes.
+//! - [`queue_properties`]: proptest and an exhaustive small scope of the
+//!   queue core against that model.
 //! - [`torture`]: a short sweep of the crash harness (`bin/torture.rs`).
 
 mod cli;
@@ -26,6 +30,8 @@ mod lock_properties;
 mod luxid;
 mod luxid_bad_input;
 mod luxid_query;
+mod queue_properties;
+mod queue_reference;
 mod reference;
 mod runner;
 mod storage_faults;

@@ -359,6 +359,9 @@ pub enum Runner {
         livelock: PathBuf,
         next_probe: Instant,
         failed_writes: u32,
+        /// The job's end as the runner wrote it before it died: taken once
+        /// every process of the job is gone.
+        ended: Option<Box<Job>>,
     },
 }
 
@@ -560,6 +563,7 @@ impl QueueCore {
                         livelock: livelock.clone(),
                         next_probe: now,
                         failed_writes: 0,
+                        ended: None,
                     })
                 }
             };
@@ -1280,6 +1284,7 @@ impl QueueCore {
                 self.changed.insert(id);
             }
             self.check_watchers(effects);
+            self.schedule(effects);
             return;
         }
         for (id, outcome) in spawned {
@@ -1348,6 +1353,7 @@ impl QueueCore {
             livelock: livelock.clone(),
             next_probe: now + RELEASE_PROBE_INTERVAL,
             failed_writes: 0,
+            ended: None,
         };
         effects.push(Effect::Probe { id, path: livelock });
     }
@@ -1369,11 +1375,20 @@ impl QueueCore {
         let finished = job.is_final();
         let recorded = job.process_id;
         let claimant = matches!(started.runner, Runner::Claimant { .. });
-        let dying = matches!(started.runner, Runner::Dying { .. });
+        if finished
+            && let Some(Started {
+                runner: Runner::Dying { ended, .. },
+                ..
+            }) = self.runners.get_mut(&id)
+        {
+            // The runner finished the job just before it died: the job's
+            // processes may still hold its livelock.
+            *ended = Some(Box::new(job));
+            return;
+        }
         self.put(job);
-        if finished && (claimant || dying) {
-            // The runner finished the job before it died (or, for a
-            // claimant, its pid is of no use any more).
+        if finished && claimant {
+            // Its pid is of no use any more: the claimant exits by itself.
             self.runner_done(id, effects);
         } else if claimant {
             match recorded {
@@ -1414,10 +1429,23 @@ impl QueueCore {
                 }
             }
             Runner::Dying {
-                next_probe, cause, ..
+                next_probe,
+                cause,
+                ended,
+                ..
             } => {
                 if !released {
                     *next_probe = now + RELEASE_PROBE_INTERVAL;
+                    return;
+                }
+                if let Some(job) = ended.take() {
+                    if let Some(livelock) = &job.livelock {
+                        effects.push(Effect::RemoveLivelock {
+                            path: PathBuf::from(livelock),
+                        });
+                    }
+                    self.put(*job);
+                    self.runner_done(id, effects);
                     return;
                 }
                 // Probed again after the write, should it be refused.

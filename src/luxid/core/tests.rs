@@ -780,3 +780,52 @@ fn dependencies_are_parsed_once_and_absolute() {
     broken.ops[0].input = json!({"OP_ID": "OP_NONE"});
     assert_eq!(dependencies(&broken), Vec::<JobId>::new());
 }
+
+#[test]
+fn a_job_its_runner_ended_before_dying_ends_once_its_livelock_is_released() {
+    let mut driver = Driver::new(1);
+    driver.submit(vec![job(1, 0, &[])]);
+    driver.feed(Input::JobFileChanged {
+        job: running(job(1, 0, &[]), 101),
+    });
+    driver.feed(Input::RunnerExited {
+        id: 1,
+        cause: None,
+        livelock_held: false,
+    });
+    // The runner's last write arrives after its death, while the job's
+    // processes may still hold the livelock: nothing is removed yet.
+    let ended = with_status(running(job(1, 0, &[]), 101), Status::Success);
+    let effects = driver.feed(Input::JobFileChanged { job: ended });
+    assert_eq!(effects, []);
+    assert!(matches!(driver.core.runner(1), Some(Runner::Dying { .. })));
+    assert_eq!(
+        driver.feed(Input::Probed {
+            id: 1,
+            released: false
+        }),
+        []
+    );
+    let effects = driver.feed(Input::Probed {
+        id: 1,
+        released: true,
+    });
+    let livelock = PathBuf::from("/ll/job_000001_1000");
+    assert_eq!(
+        effects,
+        [
+            Effect::RemoveLivelock {
+                path: livelock.clone()
+            },
+            Effect::UnwatchLivelock { id: 1 },
+            Effect::RemoveLivelock { path: livelock },
+            Effect::RemovePriorityRequest { id: 1 },
+        ]
+    );
+    assert_eq!(
+        driver.status(1),
+        Some(Status::Success),
+        "as its runner wrote it"
+    );
+    assert!(!driver.core.is_started(1));
+}
