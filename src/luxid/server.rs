@@ -28,7 +28,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token};
@@ -39,19 +39,20 @@ use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR2};
 use signal_hook_mio::v1_0::Signals;
 
 use super::core::{
-    self as queue_core, Action, Answer, Config, Conn, Effect, Input, QueueCore, Refusal, Restored,
-    Runner, RunnerSignal,
+    self as queue_core, Action, Config, Conn, Effect, Input, QueueCore, Restored, Runner,
+    RunnerSignal,
 };
+mod wire;
+
 use super::{DaemonError, io_error};
 use crate::client::{Client as WconfdClient, ClientError, Daemon};
 use crate::connection::{self, Connections, Handler, Peer, Reply};
 use crate::daemon::{self, Admission};
-use crate::jobs::opcode;
 use crate::jobs::runner_contract::{Start, WAIT_FOR_COMMIT_FLAG, exit_cause};
-use crate::jobs::{Job, JobId, QueuedOpcode, Timestamp};
+use crate::jobs::{Job, JobId};
 use crate::liveness::{self, Livelock};
 use crate::paths::LIVELOCK_DIR;
-use crate::protocol::luxi::{self, LuxiRequest};
+use crate::protocol::luxi::LuxiRequest;
 use crate::protocol::{WireError, parse_request};
 use crate::queue::{self, FinishedJob, Queue, parse_job_file_name};
 use crate::settings::Settings;
@@ -306,11 +307,10 @@ impl Server {
             self.connections
                 .release(token, Err(WireError::generic("the wait was lost")));
         }
-        match committed {
-            Some(Err(error)) => self.connections.fail_turn(&WireError::generic(format!(
+        if let Some(Err(error)) = committed {
+            self.connections.fail_turn(&WireError::generic(format!(
                 "cannot write the job queue: {error}"
-            ))),
-            _ => {}
+            )));
         }
         self.connections.reveal();
         for id in std::mem::take(&mut self.shell.spawns) {
@@ -436,11 +436,11 @@ impl Shell {
             };
             match effect {
                 Effect::Reply { conn: _, reply } => {
-                    outcome.reply = Some(Reply::Now(wire_reply(reply)))
+                    outcome.reply = Some(Reply::Now(wire::wire_reply(reply)))
                 }
                 Effect::Hold { conn: _, deadline } => outcome.reply = Some(Reply::Held(deadline)),
                 Effect::Release { conn, reply } => {
-                    self.releases.push((Token(conn.0), wire_reply(reply)))
+                    self.releases.push((Token(conn.0), wire::wire_reply(reply)))
                 }
                 Effect::Do { ticket, action } => {
                     let result = self.act(action);
@@ -535,118 +535,26 @@ impl Shell {
         outcome
     }
 
-    /// Converts a decoded request into the core's command (or answers a
-    /// read-only one from the core's state).
-    fn request(&mut self, conn: Conn, request: LuxiRequest) -> Reply {
-        use queue_core::Command;
-        let command = match request {
-            LuxiRequest::SubmitJob { ops } => Command::Submit {
-                jobs: vec![self.build_job(&ops, 0)],
-                ignore_drain: false,
-                many: false,
-            },
-            LuxiRequest::SubmitJobToDrainedQueue { ops } => Command::Submit {
-                jobs: vec![self.build_job(&ops, 0)],
-                ignore_drain: true,
-                many: false,
-            },
-            LuxiRequest::SubmitManyJobs { jobs } => {
-                let mut built = Vec::with_capacity(jobs.len());
-                if jobs.len() <= crate::limits::SUBMIT_MANY_JOBS_MAX {
-                    let mut accepted = 0;
-                    for ops in &jobs {
-                        let job = self.build_job(ops, accepted);
-                        accepted += u64::from(job.is_ok());
-                        built.push(job);
-                    }
-                } else {
-                    // Refused whole: not worth building.
-                    built.resize(jobs.len(), Err(String::new()));
-                }
-                Command::Submit {
-                    jobs: built,
-                    ignore_drain: false,
-                    many: true,
-                }
-            }
-            LuxiRequest::QueryJobs { ids, fields } => {
-                return Reply::Now(self.query_jobs(ids, &fields));
-            }
-            LuxiRequest::WaitForJobChange {
-                id,
-                fields,
-                previous,
-                log_serial,
-                timeout,
-            } => Command::WaitForChange {
-                id,
-                fields,
-                previous,
-                log_serial,
-                timeout,
-            },
-            LuxiRequest::CancelJob { id, kill } => Command::Cancel { id, kill },
-            LuxiRequest::ArchiveJob { id } => Command::Archive { id },
-            LuxiRequest::AutoArchiveJobs { age, timeout } => Command::AutoArchive {
-                age,
-                timeout,
-                now_secs: Timestamp::now().as_secs_f64(),
-            },
-            LuxiRequest::ChangeJobPriority { id, priority } => {
-                Command::ChangePriority { id, priority }
-            }
-            LuxiRequest::SetDrainFlag { drained } => Command::SetDrain { drained },
-            LuxiRequest::QueryConfigValues { fields } => {
-                let drained = self.core.is_drained();
-                return Reply::Now(Ok(Value::Array(
-                    fields
-                        .iter()
-                        .map(|field| match field.as_deref() {
-                            Some("drain_flag") => json!(drained),
-                            Some("cluster_name") => json!("warden"),
-                            _ => Value::Null,
-                        })
-                        .collect(),
-                )));
-            }
-            // Served from the raw request (see `handle`).
-            LuxiRequest::Query { .. } | LuxiRequest::QueryFields { .. } => {
-                return Reply::Now(Err(WireError::generic("the query was lost")));
-            }
-        };
-        let effects = self
-            .core
-            .handle(Input::Request { conn, command }, Instant::now());
-        self.carry_out(effects)
-            .reply
-            .unwrap_or_else(|| Reply::Now(Err(WireError::generic("the request was lost"))))
-    }
-
-    /// A job of a submission, with the id the core gives it if the
-    /// `accepted` jobs before it in the submission are accepted.
-    fn build_job(&self, ops: &Value, accepted: u64) -> Result<Job, String> {
-        build_job(ops, self.core.serial() + 1 + accepted).map_err(|error| error.message())
-    }
-
     /// Carries out a change the core asked for.
     fn act(&mut self, action: Action) -> Result<(), String> {
         match action {
             Action::WriteJob(job) => {
                 let id = job.id;
                 let written = self.queue.write_job(&job);
-                if let Err(error) = &written {
-                    if let Some(Runner::Dying { failed_writes, .. }) = self.core.runner(id) {
-                        if *failed_writes == 0 {
-                            tracing::error!(job = id, %error, "cannot record the death of a job; trying again until it can be written");
-                        }
-                        if self.recovering && self.recovery_error.is_none() {
-                            self.recovery_error = Some(io_error(
-                                "cannot write",
-                                &queue::job_path(self.queue.dir(), id),
-                            )(
-                                io::Error::new(error.kind(), error.to_string()),
-                            ));
-                        }
+                if let Err(error) = &written
+                    && let Some(Runner::Dying { failed_writes, .. }) = self.core.runner(id)
+                {
+                    if *failed_writes == 0 {
+                        tracing::error!(job = id, %error, "cannot record the death of a job; trying again until it can be written");
+                    }
+                    if self.recovering && self.recovery_error.is_none() {
+                        self.recovery_error = Some(io_error(
+                            "cannot write",
+                            &queue::job_path(self.queue.dir(), id),
+                        )(io::Error::new(
+                            error.kind(),
+                            error.to_string(),
+                        )));
                     }
                 }
                 written.map_err(|error| error.to_string())
@@ -949,99 +857,6 @@ impl Shell {
         }
     }
 
-    fn query_jobs(
-        &self,
-        ids: Option<Vec<JobId>>,
-        fields: &[&'static str],
-    ) -> Result<Value, WireError> {
-        let ids: Vec<JobId> = match ids {
-            None => {
-                let mut ids: Vec<JobId> = self
-                    .core
-                    .unfinished()
-                    .keys()
-                    .chain(self.core.finished().keys())
-                    .copied()
-                    .collect();
-                ids.sort_unstable();
-                if fields.contains(&"archived") {
-                    ids.extend(self.queue.archived_ids());
-                    ids.sort_unstable();
-                    ids.dedup();
-                }
-                ids
-            }
-            Some(ids) => ids,
-        };
-        // Rows are counted as they are made: a short request (the same id
-        // many times, every field) must not build an answer of gigabytes.
-        let limit_bytes = self.settings.luxid.frame_bytes_max;
-        let mut answer_bytes = 0;
-        let mut rows = Vec::with_capacity(ids.len().min(1024));
-        // The row of a finished job (decoded) or an archived one (read
-        // from disk) is made once, however often it is asked for.
-        let mut made: HashMap<JobId, Value> = HashMap::new();
-        for id in ids {
-            let row = match made.get(&id) {
-                Some(row) => row.clone(),
-                None if self.core.unfinished().contains_key(&id) || id > self.core.serial() => {
-                    self.row(id, fields)
-                }
-                None => {
-                    let row = self.row(id, fields);
-                    made.insert(id, row.clone());
-                    row
-                }
-            };
-            answer_bytes += encoded_bytes(&row) + 1;
-            if answer_bytes > limit_bytes {
-                return Err(WireError::generic(format!(
-                    "the answer would be longer than the frame limit of {limit_bytes} bytes; \
-                     ask for fewer jobs or fields"
-                )));
-            }
-            rows.push(row);
-        }
-        Ok(Value::Array(rows))
-    }
-
-    /// A QueryJobs row; an unknown job has its id and nulls.
-    fn row(&self, id: JobId, fields: &[&str]) -> Value {
-        let archived;
-        let job = match self.core.job(id) {
-            Some(job) => {
-                archived = false;
-                Some(job)
-            }
-            // Above the serial no job was ever submitted: nothing to read.
-            None if id > self.core.serial() => {
-                archived = false;
-                None
-            }
-            None => {
-                archived = true;
-                match self.queue.read_archived(id) {
-                    Ok(job) => job.map(std::borrow::Cow::Owned),
-                    Err(error) => {
-                        // Answered as unknown, never as a guess.
-                        tracing::error!(job = id, %error, "skipped an archived job file that cannot be read");
-                        None
-                    }
-                }
-            }
-        };
-        Value::Array(
-            fields
-                .iter()
-                .map(|field| match &job {
-                    Some(job) => job.field(field, archived).unwrap_or(Value::Null),
-                    None if *field == "id" => json!(id),
-                    None => Value::Null,
-                })
-                .collect(),
-        )
-    }
-
     fn new_token(&mut self) -> Token {
         let token = Token(self.next_token);
         self.next_token += 1;
@@ -1100,129 +915,4 @@ struct DeadOwner {
     id: JobId,
     livelock: String,
     pid: u32,
-}
-
-/// The core's answer on the wire.
-fn wire_reply(reply: queue_core::Reply) -> Result<Value, WireError> {
-    match reply {
-        Ok(Answer::Submitted(id)) => Ok(json!(id)),
-        Ok(Answer::SubmittedMany(results)) => Ok(Value::Array(
-            results
-                .into_iter()
-                .map(|result| match result {
-                    Ok(id) => json!([true, id]),
-                    Err(message) => json!([false, message]),
-                })
-                .collect(),
-        )),
-        Ok(Answer::Outcome(done, message)) => Ok(json!([done, message])),
-        Ok(Answer::Archived(archived)) => Ok(json!(archived)),
-        Ok(Answer::AutoArchived { archived, left }) => Ok(json!([archived, left])),
-        Ok(Answer::DrainSet) => Ok(json!(true)),
-        Ok(Answer::Change { values, log }) => {
-            let log: Vec<Value> = log.iter().map(|entry| json!(entry)).collect();
-            Ok(json!([values, log]))
-        }
-        Err(Refusal::Drained) => Err(WireError::generic("Queue drained")),
-        Err(Refusal::TooManyJobs(count)) => Err(luxi::check_submit_many_count(count)
-            .err()
-            .unwrap_or_else(|| WireError::generic("too many jobs"))),
-        Err(Refusal::QueueFull { jobs, max }) => Err(WireError {
-            class: "JobQueueFull",
-            args: vec![json!(format!(
-                "the queue holds {jobs} jobs, its limit is {max} (archive finished jobs)"
-            ))],
-        }),
-        Err(Refusal::Prereq(message)) => Err(luxi::prereq(message)),
-        Err(Refusal::JobLost(id)) => Err(WireError {
-            class: "JobLost",
-            args: vec![json!(format!("Job {id} not found"))],
-        }),
-        Err(Refusal::Failed(message)) => Err(WireError::generic(message)),
-    }
-}
-
-/// A job from a submission: every opcode checked, ids made absolute and
-/// the submit reason appended. Nothing is written here.
-fn build_job(ops: &Value, id: JobId) -> Result<Job, WireError> {
-    let Some(ops) = ops.as_array() else {
-        return Err(luxi::prereq("a job is a list of opcodes"));
-    };
-    if ops.is_empty() {
-        return Err(luxi::prereq("a job needs at least one opcode"));
-    }
-    let now_ns = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_nanos())
-        .unwrap_or(0);
-    let mut queued = Vec::with_capacity(ops.len());
-    for (index, op) in ops.iter().enumerate() {
-        let parsed =
-            opcode::parse(op).map_err(|error| luxi::prereq(format!("opcode {index}: {error}")))?;
-        let input = opcode::with_absolute_dependencies(op, id)
-            .map_err(|error| luxi::prereq(format!("opcode {index}: {error}")))?;
-        let input = opcode::with_submit_reason(&input, id, index, now_ns);
-        queued.push(QueuedOpcode::new(input, parsed.common.priority));
-    }
-    Ok(Job {
-        id,
-        ops: queued,
-        received_timestamp: Some(Timestamp::now()),
-        start_timestamp: None,
-        end_timestamp: None,
-        livelock: None,
-        process_id: None,
-    })
-}
-
-/// The length of `value` as JSON, counted without keeping the text.
-fn encoded_bytes(value: &Value) -> usize {
-    struct Counter(usize);
-    impl io::Write for Counter {
-        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut counter = Counter(0);
-    serde_json::to_writer(&mut counter, value).expect("counting JSON cannot fail");
-    counter.0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    #[test]
-    fn a_long_answer_is_counted_without_being_written() {
-        let value = json!([1, "two", {"three": [null, 3.5]}]);
-        assert_eq!(
-            encoded_bytes(&value),
-            serde_json::to_vec(&value).expect("JSON").len()
-        );
-    }
-
-    proptest! {
-        /// Whatever a submission holds, it becomes a job or an
-        /// `OpPrereqError`, never a panic; a job keeps one opcode per
-        /// submitted one.
-        #[test]
-        fn any_submission_is_a_job_or_refused(
-            ops in crate::protocol::arbitrary::json(),
-            id in 1u64..u64::MAX,
-        ) {
-            match build_job(&ops, id) {
-                Ok(job) => {
-                    prop_assert_eq!(job.id, id);
-                    prop_assert_eq!(job.ops.len(), ops.as_array().map_or(0, Vec::len));
-                    prop_assert!(!job.is_final());
-                }
-                Err(error) => prop_assert_eq!(error.class, "OpPrereqError"),
-            }
-        }
-    }
 }

@@ -634,6 +634,13 @@ fn a_dead_runner_is_killed_awaited_and_its_job_ended_with_retries() {
     assert_eq!(driver.feed(Input::Tick), []);
     driver.now += DEAD_JOB_WRITE_RETRY_INTERVAL;
     let effects = driver.feed(Input::Tick);
+    assert_eq!(
+        effects,
+        [Effect::Probe {
+            id: 1,
+            path: livelock.clone()
+        }]
+    );
     let effects = driver.feed(Input::Probed {
         id: 1,
         released: true,
@@ -649,7 +656,6 @@ fn a_dead_runner_is_killed_awaited_and_its_job_ended_with_retries() {
     );
     assert_eq!(driver.status(1), Some(Status::Error));
     assert!(!driver.core.is_started(1));
-    let _ = effects;
 }
 
 #[test]

@@ -1,0 +1,426 @@
+//! The runners of [`QueueCore`], the end of a turn and the passing of
+//! time.
+
+use super::*;
+
+impl QueueCore {
+    // ----- runners -----
+
+    pub(super) fn spawned(&mut self, id: JobId, pid: u32, effects: &mut Vec<Effect>) {
+        if let Some(Started {
+            runner: Runner::Starting { .. },
+            ..
+        }) = self.runners.get(&id)
+        {
+            self.now_running(id, pid, effects);
+        }
+    }
+
+    pub(super) fn spawn_failed(&mut self, id: JobId, error: &str, effects: &mut Vec<Effect>) {
+        if !matches!(
+            self.runners.get(&id).map(|started| &started.runner),
+            Some(Runner::Starting { .. })
+        ) {
+            return;
+        }
+        self.runners.remove(&id);
+        let Some(job) = self.jobs.get(&id) else {
+            return;
+        };
+        let mut job = job.clone();
+        job.finish_unfinished(
+            Status::Error,
+            &exec_error(format!("cannot start the job runner: {error}")),
+        );
+        self.ask(
+            Pending::SpawnFailed { job: job.clone() },
+            Action::WriteJob(job),
+            effects,
+        );
+    }
+
+    pub(super) fn committed(
+        &mut self,
+        result: Result<(), String>,
+        spawned: Vec<(JobId, Result<u32, String>)>,
+        effects: &mut Vec<Effect>,
+    ) {
+        let new_jobs = std::mem::take(&mut self.new_jobs);
+        if result.is_err() {
+            // Nothing of these jobs may be revealed or run: their runners
+            // get no word and leave the job alone.
+            for id in new_jobs {
+                self.unqueue(id);
+                self.jobs.remove(&id);
+                self.depends.remove(&id);
+                self.changed.insert(id);
+            }
+            self.check_watchers(effects);
+            self.schedule(effects);
+            return;
+        }
+        for (id, outcome) in spawned {
+            // One that failed stays queued: started again below.
+            if let Ok(pid) = outcome
+                && self.unqueue(id)
+            {
+                self.runners.insert(
+                    id,
+                    Started {
+                        runner: Runner::Running { pid },
+                        livelock: self.livelock_of(id),
+                    },
+                );
+            }
+        }
+        self.schedule(effects);
+    }
+
+    pub(super) fn livelock_of(&self, id: JobId) -> PathBuf {
+        match self.jobs.get(&id) {
+            Some(job) => named_livelock(&self.config.livelock_dir, job),
+            None => self.config.livelock_dir.join(job_livelock_name(id, 0)),
+        }
+    }
+
+    pub(super) fn runner_exited(
+        &mut self,
+        id: JobId,
+        cause: Option<&'static str>,
+        livelock_held: bool,
+        now: Instant,
+        effects: &mut Vec<Effect>,
+    ) {
+        let Some(started) = self.runners.get(&id) else {
+            return;
+        };
+        let Runner::Running { pid } = started.runner else {
+            return;
+        };
+        let Some(job) = self.jobs.get(&id) else {
+            self.runner_done(id, effects);
+            return;
+        };
+        if job.process_id != Some(pid) && livelock_held {
+            // Our runner found the job held by one a dead luxid started:
+            // follow that one.
+            let started = self.runners.get_mut(&id).expect("looked up above");
+            started.runner = Runner::Claimant {
+                next_probe: now,
+                deferred: Deferred::default(),
+            };
+            return;
+        }
+        // The runner died: kill what is left of the job, then wait for its
+        // livelock to be released before ending it and freeing its locks.
+        let livelock = runner_livelock(&self.config.livelock_dir, job);
+        effects.push(Effect::KillGroup { id, pid });
+        effects.push(Effect::WatchLivelock {
+            id,
+            path: livelock.clone(),
+        });
+        let started = self.runners.get_mut(&id).expect("looked up above");
+        started.runner = Runner::Dying {
+            cause,
+            livelock: livelock.clone(),
+            next_probe: now + RELEASE_PROBE_INTERVAL,
+            failed_writes: 0,
+            ended: None,
+        };
+        effects.push(Effect::Probe { id, path: livelock });
+    }
+
+    pub(super) fn job_file_changed(&mut self, job: Job, now: Instant, effects: &mut Vec<Effect>) {
+        let id = job.id;
+        let Some(started) = self.runners.get(&id) else {
+            // Only files of started jobs change behind luxid's back.
+            return;
+        };
+        // A finished job's file never changes again.
+        let changed = match self.jobs.get(&id) {
+            Some(known) => *known != job,
+            None => false,
+        };
+        if !changed {
+            return;
+        }
+        let finished = job.is_final();
+        let recorded = job.process_id;
+        let claimant = matches!(started.runner, Runner::Claimant { .. });
+        if finished
+            && let Some(Started {
+                runner: Runner::Dying { ended, .. },
+                ..
+            }) = self.runners.get_mut(&id)
+        {
+            // The runner finished the job just before it died: the job's
+            // processes may still hold its livelock.
+            *ended = Some(Box::new(job));
+            return;
+        }
+        self.put(job);
+        if finished && claimant {
+            // Its pid is of no use any more: the claimant exits by itself.
+            self.runner_done(id, effects);
+        } else if claimant {
+            match recorded {
+                Some(pid) => {
+                    self.now_running(id, pid, effects);
+                    effects.push(Effect::WatchRunner { id, pid });
+                }
+                None => {
+                    let path = self.livelock_of(id);
+                    if let Some(Started {
+                        runner: Runner::Claimant { next_probe, .. },
+                        ..
+                    }) = self.runners.get_mut(&id)
+                    {
+                        *next_probe = now + RELEASE_PROBE_INTERVAL;
+                    }
+                    effects.push(Effect::Probe { id, path });
+                }
+            }
+        }
+    }
+
+    pub(super) fn probed(
+        &mut self,
+        id: JobId,
+        released: bool,
+        now: Instant,
+        effects: &mut Vec<Effect>,
+    ) {
+        let Some(started) = self.runners.get_mut(&id) else {
+            return;
+        };
+        match &mut started.runner {
+            Runner::Claimant { next_probe, .. } => {
+                if !released {
+                    *next_probe = now + RELEASE_PROBE_INTERVAL;
+                    return;
+                }
+                // It let go of the job without recording a pid: it never
+                // started it.
+                self.runners.remove(&id);
+                if let Some(job) = self.jobs.get(&id) {
+                    self.queued.insert((job.priority(), id));
+                }
+            }
+            Runner::Dying {
+                next_probe,
+                cause,
+                ended,
+                ..
+            } => {
+                if !released {
+                    *next_probe = now + RELEASE_PROBE_INTERVAL;
+                    return;
+                }
+                if let Some(job) = ended.take() {
+                    if let Some(livelock) = &job.livelock {
+                        effects.push(Effect::RemoveLivelock {
+                            path: PathBuf::from(livelock),
+                        });
+                    }
+                    self.put(*job);
+                    self.runner_done(id, effects);
+                    return;
+                }
+                // Probed again after the write, should it be refused.
+                *next_probe = now + DEAD_JOB_WRITE_RETRY_INTERVAL;
+                let cause = *cause;
+                self.end_dead_job(id, cause, effects);
+            }
+            Runner::Starting { .. } | Runner::Running { .. } => {}
+        }
+    }
+
+    /// Every process of a dead runner's job is gone: its unfinished
+    /// opcodes become `error` (once written), its livelock is removed.
+    pub(super) fn end_dead_job(
+        &mut self,
+        id: JobId,
+        cause: Option<&'static str>,
+        effects: &mut Vec<Effect>,
+    ) {
+        let Some(job) = self.jobs.get(&id) else {
+            self.runner_done(id, effects);
+            return;
+        };
+        if let Some(livelock) = &job.livelock {
+            effects.push(Effect::RemoveLivelock {
+                path: PathBuf::from(livelock),
+            });
+        }
+        let mut job = job.clone();
+        let message = match cause {
+            Some(cause) => format!("detected death of job {id}: its runner {cause}"),
+            None => format!("detected death of job {id}"),
+        };
+        job.finish_unfinished(Status::Error, &exec_error(message));
+        self.ask(
+            Pending::DeadEnd { job: job.clone() },
+            Action::WriteJob(job),
+            effects,
+        );
+    }
+
+    // ----- turns and time -----
+
+    pub(super) fn end_turn(&mut self, effects: &mut Vec<Effect>) {
+        self.check_watchers(effects);
+        if self.new_jobs.is_empty() {
+            self.schedule(effects);
+            return;
+        }
+        for id in &self.new_jobs {
+            let job = &self.jobs[id];
+            self.queued.insert((job.priority(), *id));
+        }
+        // The new jobs among those the scheduler would start now (the
+        // others it starts after the commit still fit): their runners
+        // start while the commit is synced (D40).
+        let start = self
+            .startable()
+            .into_iter()
+            .filter(|id| self.new_jobs.contains(id))
+            .collect();
+        effects.push(Effect::Commit {
+            jobs: self.new_jobs.clone(),
+            start,
+        });
+    }
+
+    pub(super) fn tick(&mut self, now: Instant, effects: &mut Vec<Effect>) {
+        let due: Vec<JobId> = self
+            .runners
+            .iter()
+            .filter(|(_, started)| match &started.runner {
+                Runner::Claimant { next_probe, .. } | Runner::Dying { next_probe, .. } => {
+                    *next_probe <= now
+                }
+                _ => false,
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        for id in due {
+            let Some(started) = self.runners.get_mut(&id) else {
+                continue;
+            };
+            let path = match &mut started.runner {
+                Runner::Claimant { next_probe, .. } => {
+                    *next_probe = now + RELEASE_PROBE_INTERVAL;
+                    started.livelock.clone()
+                }
+                Runner::Dying {
+                    next_probe,
+                    livelock,
+                    ..
+                } => {
+                    *next_probe = now + RELEASE_PROBE_INTERVAL;
+                    livelock.clone()
+                }
+                _ => continue,
+            };
+            effects.push(Effect::Probe { id, path });
+        }
+        let expired: Vec<Conn> = self
+            .watchers
+            .iter()
+            .filter(|(_, watcher)| watcher.deadline <= now)
+            .map(|(&conn, _)| conn)
+            .collect();
+        for conn in expired {
+            let watcher = self.watchers.remove(&conn).expect("just listed");
+            let reply = match self.job(watcher.id) {
+                Some(job) => Ok(Answer::Change {
+                    values: job.field_values(&watcher.fields),
+                    log: job
+                        .log_after(watcher.log_serial)
+                        .into_iter()
+                        .cloned()
+                        .collect(),
+                }),
+                None => Err(Refusal::JobLost(watcher.id)),
+            };
+            effects.push(Effect::Release { conn, reply });
+        }
+    }
+
+    /// Answers the watchers of changed jobs whose view changed (or whose
+    /// job is gone: `JobLost`).
+    pub(super) fn check_watchers(&mut self, effects: &mut Vec<Effect>) {
+        let changed = std::mem::take(&mut self.changed);
+        if changed.is_empty() {
+            return;
+        }
+        let mut due = Vec::new();
+        for (&conn, watcher) in &self.watchers {
+            if !changed.contains(&watcher.id) {
+                continue;
+            }
+            let reply = match self.job(watcher.id) {
+                Some(job) => {
+                    let values = job.field_values(&watcher.fields);
+                    let log: Vec<LogEntry> = job
+                        .log_after(watcher.log_serial)
+                        .into_iter()
+                        .cloned()
+                        .collect();
+                    let same = digest_values(&self.digest_keys, &values) == watcher.seen_digest;
+                    if same && log.is_empty() && !job.is_final() {
+                        continue;
+                    }
+                    Ok(Answer::Change { values, log })
+                }
+                None => Err(Refusal::JobLost(watcher.id)),
+            };
+            due.push((conn, reply));
+        }
+        for (conn, reply) in due {
+            self.watchers.remove(&conn);
+            effects.push(Effect::Release { conn, reply });
+        }
+    }
+
+    /// Starts queued jobs whose dependencies are final, in (priority, id)
+    /// order, up to `max_running_jobs`.
+    pub(super) fn schedule(&mut self, effects: &mut Vec<Effect>) {
+        for id in self.startable() {
+            self.unqueue(id);
+            let livelock = self.livelock_of(id);
+            self.runners.insert(
+                id,
+                Started {
+                    runner: Runner::Starting {
+                        deferred: Deferred::default(),
+                    },
+                    livelock,
+                },
+            );
+            effects.push(Effect::Spawn { id });
+        }
+    }
+
+    /// The queued jobs [`QueueCore::schedule`] would start now, in order.
+    pub(super) fn startable(&self) -> Vec<JobId> {
+        let room = self
+            .config
+            .max_running_jobs
+            .saturating_sub(self.runners.len());
+        self.queued
+            .iter()
+            .map(|&(_, id)| id)
+            .filter(|id| self.dependencies_final(*id))
+            .take(room)
+            .collect()
+    }
+
+    /// Whether every job the job depends on is final (archived and unknown
+    /// ones count as final: the runner judges them).
+    pub(super) fn dependencies_final(&self, id: JobId) -> bool {
+        self.depends
+            .get(&id)
+            .is_some_and(|deps| deps.iter().all(|dep| !self.jobs.contains_key(dep)))
+    }
+}
