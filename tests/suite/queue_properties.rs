@@ -13,21 +13,40 @@ use crate::queue_reference::{Model, Step, World, compare};
 
 const PRIORITIES: [i64; 3] = opcode::SUBMIT_PRIORITIES;
 
+fn submit_strategy() -> impl Strategy<Value = Step> {
+    (
+        prop::sample::select(&PRIORITIES[..]),
+        prop::collection::vec(1..=9u64, 0..3),
+    )
+        .prop_map(|(priority, depends)| Step::Submit { priority, depends })
+}
+
+/// What a runner does.
+fn runner_strategy() -> impl Strategy<Value = Step> {
+    let id = 1..=10u64;
+    prop_oneof![
+        id.clone().prop_map(|id| Step::Run { id }),
+        (id.clone(), any::<bool>()).prop_map(|(id, success)| Step::Finish { id, success }),
+        id.prop_map(|id| Step::Die { id }),
+    ]
+}
+
 fn step_strategy() -> impl Strategy<Value = Step> {
     let id = 1..=10u64;
     prop_oneof![
-        4 => (prop::sample::select(&PRIORITIES[..]), prop::collection::vec(1..=9u64, 0..3))
-            .prop_map(|(priority, depends)| Step::Submit { priority, depends }),
+        4 => submit_strategy(),
         2 => (id.clone(), any::<bool>()).prop_map(|(id, kill)| Step::Cancel { id, kill }),
         2 => (id.clone(), prop::sample::select(&PRIORITIES[..]))
             .prop_map(|(id, priority)| Step::ChangePriority { id, priority }),
-        1 => id.clone().prop_map(|id| Step::Archive { id }),
+        1 => id.prop_map(|id| Step::Archive { id }),
         1 => any::<bool>().prop_map(Step::SetDrain),
         1 => any::<bool>().prop_map(Step::DiskFull),
-        3 => id.clone().prop_map(|id| Step::Run { id }),
-        3 => (id.clone(), any::<bool>()).prop_map(|(id, success)| Step::Finish { id, success }),
-        2 => id.prop_map(|id| Step::Die { id }),
+        8 => runner_strategy(),
         1 => Just(Step::Restart),
+        // A runner's end and a submission in the same turn: the room it
+        // leaves is shared between the new job and the queued ones.
+        2 => (runner_strategy(), submit_strategy())
+            .prop_map(|(first, second)| Step::Together(Box::new(first), Box::new(second))),
     ]
 }
 
@@ -37,20 +56,30 @@ fn run(max_running_jobs: usize, steps: &[Step]) {
     let mut world = World::new(max_running_jobs);
     for step in steps {
         // A dependency names an earlier job (or none at all).
-        let step = match step {
-            Step::Submit { priority, depends } => Step::Submit {
-                priority: *priority,
-                depends: depends
-                    .iter()
-                    .copied()
-                    .filter(|dep| *dep <= model.serial)
-                    .collect(),
-            },
-            other => other.clone(),
-        };
+        let step = earlier_dependencies(step, model.serial);
         let expected = model.step(&step);
         let seen = world.step(&step);
         compare(&model, &world, (&expected, &seen), &step);
+    }
+}
+
+/// `step` with the dependencies of its submission on jobs up to `serial`
+/// only.
+fn earlier_dependencies(step: &Step, serial: u64) -> Step {
+    match step {
+        Step::Submit { priority, depends } => Step::Submit {
+            priority: *priority,
+            depends: depends
+                .iter()
+                .copied()
+                .filter(|dep| *dep <= serial)
+                .collect(),
+        },
+        Step::Together(first, second) => Step::Together(
+            Box::new(earlier_dependencies(first, serial)),
+            Box::new(earlier_dependencies(second, serial)),
+        ),
+        other => other.clone(),
     }
 }
 

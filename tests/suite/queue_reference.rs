@@ -65,6 +65,9 @@ pub enum Step {
     },
     /// luxid stops and starts again on the same disk.
     Restart,
+    /// Two events in one turn of luxid's loop (a runner's end and a
+    /// submission, say), then the turn's end.
+    Together(Box<Step>, Box<Step>),
 }
 
 /// What a step answered, if it was a request.
@@ -74,6 +77,8 @@ pub enum Seen {
     Reply(Reply),
     /// The submission's commit was refused: the client got an error.
     CommitRefused,
+    /// What each of two events in one turn answered.
+    Both(Box<Seen>, Box<Seen>),
 }
 
 fn op(id: JobId, priority: i64, depends: &[JobId]) -> Value {
@@ -148,8 +153,24 @@ impl Model {
 
     /// Runs a step; what it answered.
     pub fn step(&mut self, step: &Step) -> Seen {
-        let mut new = None;
+        let mut new = Vec::new();
         let seen = match step {
+            Step::Together(first, second) => {
+                let first = self.event(first, &mut new);
+                let second = self.event(second, &mut new);
+                Seen::Both(Box::new(first), Box::new(second))
+            }
+            other => self.event(other, &mut new),
+        };
+        self.settle();
+        self.schedule(&new);
+        seen
+    }
+
+    /// One event of a step.
+    fn event(&mut self, step: &Step, new: &mut Vec<JobId>) -> Seen {
+        match step {
+            Step::Together(..) => unreachable!("steps do not nest"),
             Step::Submit { priority, depends } => {
                 if self.drained {
                     Seen::Reply(Err(Refusal::Drained))
@@ -164,7 +185,7 @@ impl Model {
                         Seen::CommitRefused
                     } else {
                         let id = self.serial;
-                        new = Some(id);
+                        new.push(id);
                         self.jobs.insert(
                             id,
                             MJob {
@@ -262,10 +283,7 @@ impl Model {
                 }
                 Seen::Nothing
             }
-        };
-        self.settle();
-        self.schedule(new);
-        seen
+        }
     }
 
     /// The job's runner process is gone with the job unfinished.
@@ -299,7 +317,7 @@ impl Model {
     /// Starts what may start: the first queued jobs in (priority, id)
     /// order whose dependencies are final, up to the limit; a job
     /// submitted in this step starts first (during its commit).
-    fn schedule(&mut self, new: Option<JobId>) {
+    fn schedule(&mut self, new: &[JobId]) {
         let running = self.jobs.values().filter(|job| job.started).count();
         let room = self.max_running_jobs.saturating_sub(running);
         let mut candidates: Vec<(i64, JobId)> = self
@@ -311,8 +329,8 @@ impl Model {
             .collect();
         candidates.sort();
         candidates.truncate(room);
-        // The new job first: it starts while it is committed.
-        candidates.sort_by_key(|&(_, id)| Some(id) != new);
+        // New jobs first: they start while they are committed.
+        candidates.sort_by_key(|(_, id)| !new.contains(id));
         for (_, id) in candidates {
             let job = self.jobs.get_mut(&id).expect("a candidate");
             job.queued = false;
@@ -442,8 +460,28 @@ impl World {
     /// turn (probes and retries due, new jobs committed, jobs started).
     pub fn step(&mut self, step: &Step) -> Seen {
         self.now += STEP;
+        let seen = match step {
+            Step::Together(first, second) => {
+                let first = self.event(first);
+                let second = self.event(second);
+                Seen::Both(Box::new(first), Box::new(second))
+            }
+            other => self.event(other),
+        };
+        let tick = self.core.handle(Input::Tick, self.now);
+        self.check();
+        self.carry_out(tick);
+        let end = self.core.handle(Input::EndTurn, self.now);
+        self.check();
+        let refused = matches!(self.carry_out(end).committed, Some(Err(_)));
+        refused_commit(seen, refused)
+    }
+
+    /// One event of a step.
+    fn event(&mut self, step: &Step) -> Seen {
         let mut seen = Seen::Nothing;
         match step {
+            Step::Together(..) => unreachable!("steps do not nest"),
             Step::Submit { priority, depends } => {
                 let job = new_job(self.core.serial() + 1, *priority, depends);
                 seen = self.request(Command::Submit {
@@ -497,15 +535,6 @@ impl World {
                 self.tell_exits();
             }
             Step::Restart => self.restart(),
-        }
-        let tick = self.core.handle(Input::Tick, self.now);
-        self.check();
-        self.carry_out(tick);
-        let end = self.core.handle(Input::EndTurn, self.now);
-        self.check();
-        let committed = self.carry_out(end).committed;
-        if let (Some(Err(_)), Seen::Reply(Ok(Answer::Submitted(_)))) = (&committed, &seen) {
-            seen = Seen::CommitRefused;
         }
         seen
     }
@@ -711,6 +740,18 @@ impl World {
             }
         }
         carried
+    }
+}
+
+/// A submission of a turn whose commit was refused got an error instead.
+fn refused_commit(seen: Seen, refused: bool) -> Seen {
+    match seen {
+        Seen::Reply(Ok(Answer::Submitted(_))) if refused => Seen::CommitRefused,
+        Seen::Both(first, second) => Seen::Both(
+            Box::new(refused_commit(*first, refused)),
+            Box::new(refused_commit(*second, refused)),
+        ),
+        other => other,
     }
 }
 
