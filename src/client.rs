@@ -12,14 +12,14 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::jobs::JobId;
 use crate::limits::{CLIENT_IO_TIMEOUT, READ_CHUNK_BYTES};
 use crate::locks::{Entry, Owner, Priority};
 use crate::protocol::luxi::LuxiRequest;
 use crate::protocol::wconfd::WconfdRequest;
-use crate::protocol::{ETX, FrameError, FrameReader, Request};
+use crate::protocol::{FrameError, FrameReader, Request};
 
 /// The daemon a client talks to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,20 +126,6 @@ impl Client {
         self.daemon
     }
 
-    /// Sends a request given as a method name and its arguments, and
-    /// waits for its answer: the raw wire, for what has no typed request
-    /// yet. Everything else calls the typed methods below.
-    pub fn call(&mut self, method: &str, args: Value) -> Result<Value, ClientError> {
-        self.send(method, args)?;
-        self.receive()
-    }
-
-    /// Sends a raw request without waiting for its answer (see
-    /// [`Client::call`]).
-    pub fn send(&mut self, method: &str, args: Value) -> Result<(), ClientError> {
-        self.send_frame(&json!({"method": method, "args": args}))
-    }
-
     /// Sends an encoded request and waits for its answer.
     pub fn request(&mut self, request: &Request) -> Result<Value, ClientError> {
         self.send_request(request)?;
@@ -151,7 +137,11 @@ impl Client {
     ///
     /// [`receive`]: Client::receive
     pub fn send_request(&mut self, request: &Request) -> Result<(), ClientError> {
-        self.send_frame(&json!({"method": request.method, "args": request.args}))
+        let mut frame = Vec::new();
+        request.write_frame(&mut frame);
+        self.stream
+            .write_all(&frame)
+            .map_err(|source| self.io_error(source))
     }
 
     /// Calls wconfd: its raw answer.
@@ -162,14 +152,6 @@ impl Client {
     /// Calls luxid: its raw answer.
     pub fn luxi(&mut self, request: &LuxiRequest) -> Result<Value, ClientError> {
         self.request(&request.encode())
-    }
-
-    fn send_frame(&mut self, document: &Value) -> Result<(), ClientError> {
-        let mut frame = serde_json::to_vec(document).expect("JSON to a Vec cannot fail");
-        frame.push(ETX);
-        self.stream
-            .write_all(&frame)
-            .map_err(|source| self.io_error(source))
     }
 
     // ----- wconfd -----
@@ -478,7 +460,7 @@ fn answer_job_id(value: &Value) -> Option<JobId> {
 }
 
 /// An answer frame of `daemon` as `Ok(result)` or the error it carries.
-fn decode_answer(daemon: &'static str, frame: &[u8]) -> Result<Value, ClientError> {
+pub fn decode_answer(daemon: &'static str, frame: &[u8]) -> Result<Value, ClientError> {
     let protocol = |message: String| ClientError::Protocol { daemon, message };
     let answer: Value =
         serde_json::from_slice(frame).map_err(|error| protocol(format!("not JSON: {error}")))?;
@@ -516,6 +498,8 @@ impl AsRawFd for Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::ETX;
+    use serde_json::json;
 
     #[test]
     fn answers_decode_to_results_and_failures() {
@@ -569,7 +553,7 @@ mod tests {
                 .unwrap();
             serde_json::from_slice::<Value>(&request).unwrap()
         });
-        assert_eq!(client.call("echo", json!(["hi"])).unwrap(), json!("hi"));
+        assert_eq!(client.echo("hi").unwrap(), "hi");
         assert_eq!(
             server.join().unwrap(),
             json!({"method": "echo", "args": ["hi"]})

@@ -233,6 +233,18 @@ pub const WCONFD_RECONNECT_PAUSE_MIN: Duration = Duration::from_millis(2);
 /// half second, and notices its return within that.
 pub const WCONFD_RECONNECT_PAUSE_MAX: Duration = Duration::from_millis(500);
 
+/// How long luxid waits for wconfd's answer to one of its calls before
+/// it counts the connection as hung, drops it and asks again on a new one
+/// (wconfd answers within milliseconds when it runs; luxid goes on serving
+/// meanwhile either way).
+pub const WCONFD_ANSWER_DEADLINE: Duration = Duration::from_secs(5);
+
+/// luxid's calls waiting for wconfd at most: one per job whose runner died
+/// while wconfd did not answer. Past this a call is not made (wconfd's own
+/// probe of dead owners frees them), so a wconfd that stays away cannot
+/// make luxid's memory grow.
+pub const WCONFD_CALLS_QUEUED_MAX: usize = 100_000;
+
 /// Bytes read from one pipe of an `OP_EXEC` program before the runner
 /// looks at its other duties (the timeout, the other pipe, the log
 /// flush): a program writing without pause cannot starve them.

@@ -7,6 +7,7 @@
 //! dead job as running ("connect succeeds" means "ready").
 
 mod server;
+mod wconfd_link;
 
 use std::io;
 use std::path::{Path, PathBuf};

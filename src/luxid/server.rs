@@ -33,8 +33,8 @@ use serde_json::{Value, json};
 use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR2};
 use signal_hook_mio::v1_0::Signals;
 
+use super::wconfd_link::WconfdLink;
 use super::{DaemonError, io_error};
-use crate::client::{Client as WconfdClient, ClientError, Daemon};
 use crate::connection::{self, Connections, Handler, Peer, Reply};
 use crate::daemon::{self, Admission};
 use crate::jobs::opcode::{self, SUBMIT_PRIORITIES};
@@ -42,6 +42,7 @@ use crate::jobs::runner_contract::{Start, WAIT_FOR_COMMIT_FLAG};
 use crate::jobs::{FIELDS, Job, JobId, QueuedOpcode, Status, Timestamp};
 use crate::limits::WAIT_FOR_CHANGE_SECONDS_MAX;
 use crate::liveness::{self, Livelock};
+use crate::locks::Owner;
 use crate::protocol::{Args, WireError, parse_request};
 use crate::queue::{self, FinishedJob, Queue, parse_job_file_name};
 use crate::settings::Settings;
@@ -49,7 +50,8 @@ use crate::sys;
 
 const SIGNALS: Token = Token(1);
 const INOTIFY: Token = Token(2);
-const FIRST_DYNAMIC_TOKEN: usize = 3;
+const WCONFD: Token = Token(3);
+const FIRST_DYNAMIC_TOKEN: usize = 4;
 
 /// The signals luxid sends a runner that the runner handles (cancel,
 /// priority request) or must survive (wconfd's SIGHUP); blocked while it
@@ -134,8 +136,8 @@ struct State {
     runner_path: PathBuf,
     queue: Queue,
     _livelock: Livelock,
-    /// The connection to wconfd, made again after a failure.
-    wconfd: Option<WconfdClient>,
+    /// luxid's calls to wconfd, never waited for.
+    wconfd: WconfdLink,
     /// Every unfinished job of the queue.
     jobs: BTreeMap<JobId, Job>,
     /// Every finished job of the queue, kept encoded (archived ones are
@@ -206,6 +208,14 @@ impl Server {
             .registry()
             .try_clone()
             .map_err(io_error("cannot register", Path::new("pidfds")))?;
+        let wconfd_socket = root.join(crate::paths::WCONFD_SOCKET_PATH);
+        let wconfd = WconfdLink::new(
+            wconfd_socket.clone(),
+            poll.registry(),
+            WCONFD,
+            settings.luxid.frame_bytes_max,
+        )
+        .map_err(io_error("cannot register", &wconfd_socket))?;
         Ok(Server {
             poll,
             signals,
@@ -220,7 +230,7 @@ impl Server {
                 runner_path,
                 queue,
                 _livelock: livelock,
-                wconfd: None,
+                wconfd,
                 jobs: jobs.into_iter().map(|job| (job.id, job)).collect(),
                 finished: finished.into_iter().map(|job| (job.id, job)).collect(),
                 queued: BTreeSet::new(),
@@ -270,6 +280,7 @@ impl Server {
                     }
                     SIGNALS => self.handle_signals(),
                     INOTIFY => self.state.inotify_events(),
+                    WCONFD => self.state.wconfd.event(Instant::now()),
                     token if self.state.runner_tokens.contains_key(&token) => {
                         self.state.runner_exited(token)
                     }
@@ -283,6 +294,7 @@ impl Server {
                 }
             }
             self.connections.read_ready(&mut self.state);
+            self.state.wconfd.tick(Instant::now());
             self.state.probe_dead_runners();
             self.finish_turn();
         }
@@ -301,6 +313,9 @@ impl Server {
         }
         let now = Instant::now();
         let mut wake = self.connections.next_deadline();
+        if let Some(at) = self.state.wconfd.next_wakeup() {
+            wake = Some(wake.map_or(at, |wake| wake.min(at)));
+        }
         for runner in self.state.runners.values() {
             let probe = runner
                 .dead
@@ -423,6 +438,7 @@ impl Server {
         }
         tracing::info!(
             watchers = state.watchers.len(),
+            wconfd_calls_waiting = state.wconfd.waiting(),
             threads =
                 "one event loop thread (rayon's pool only during start-up scans and group commits)",
             "dump: watchers and threads"
@@ -1471,39 +1487,8 @@ impl State {
         let (Some(livelock), Some(pid)) = (&job.livelock, job.process_id) else {
             return;
         };
-        let owner = json!([job.id, livelock, pid]);
-        // A kept connection may be stale (wconfd restarted): one retry on
-        // a fresh one.
-        for _attempt in 0..2 {
-            let mut client = match self.wconfd.take() {
-                Some(client) => client,
-                None => {
-                    match WconfdClient::connect(
-                        &self.root,
-                        Daemon::Wconfd,
-                        self.settings.luxid.frame_bytes_max,
-                    ) {
-                        Ok(client) => client,
-                        Err(error) => {
-                            tracing::warn!(job = job.id, %error, "cannot ask wconfd to free a dead job's locks");
-                            return;
-                        }
-                    }
-                }
-            };
-            match client.call("freeLocks", json!([owner])) {
-                Ok(_) => {
-                    self.wconfd = Some(client);
-                    return;
-                }
-                Err(ClientError::Io { .. }) => continue,
-                Err(error) => {
-                    tracing::warn!(job = job.id, %error, "wconfd refused to free a dead job's locks");
-                    self.wconfd = Some(client);
-                    return;
-                }
-            }
-        }
+        self.wconfd
+            .free_locks(Owner::job(job.id, livelock.clone(), pid), Instant::now());
     }
 
     fn runner_done(&mut self, id: JobId) {

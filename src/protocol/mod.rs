@@ -23,6 +23,15 @@ pub struct Request {
     pub args: Vec<Value>,
 }
 
+impl Request {
+    /// Appends the request as a client sends it: its JSON and the ETX.
+    pub fn write_frame(&self, out: &mut Vec<u8>) {
+        let document = json!({"method": self.method, "args": self.args});
+        serde_json::to_writer(&mut *out, &document).expect("writing JSON to a Vec cannot fail");
+        out.push(ETX);
+    }
+}
+
 /// A failure response: a class clients branch on (Ganeti's exception
 /// names) and its arguments, usually one message for people.
 #[derive(Clone, Debug, PartialEq)]

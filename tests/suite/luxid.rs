@@ -611,6 +611,61 @@ fn a_runner_that_died_while_luxid_was_down_is_error_before_luxid_serves() {
     assert_eq!(cluster.status(id), "error", "{}", cluster.logs());
 }
 
+/// luxid never waits on wconfd: with wconfd paused (a stopped or
+/// overloaded daemon), the death of a runner holding a lock is noticed and
+/// its job marked, and every client is answered at once meanwhile; once
+/// wconfd is back, luxid's call frees the job's locks.
+#[test]
+fn a_paused_wconfd_does_not_hold_up_luxid() {
+    let cluster = Cluster::start();
+    let id = cluster.submit(json!([{
+        "OP_ID": "OP_EXEC",
+        "argv": ["/bin/sleep", "300"],
+        "locks": [["node/paused", "exclusive"]],
+    }]));
+    wait_until("the job runs", DEADLINE, || cluster.status(id) == "running");
+    let job: Value = serde_json::from_slice(
+        &fs::read(cluster.root().path().join(format!("queue/job-{id}"))).unwrap(),
+    )
+    .unwrap();
+    let runner = job["process_id"].as_u64().unwrap() as i32;
+    cluster.wconfd.pause();
+    kill(Pid::from_raw(runner), Signal::SIGKILL).expect("kill the runner");
+    let answered_within = Duration::from_secs(1);
+    let mut answered = |what: &str| {
+        let asked = Instant::now();
+        let status = cluster.status(id);
+        assert!(
+            asked.elapsed() < answered_within,
+            "{what}: luxid took {:?} to answer\n{}",
+            asked.elapsed(),
+            cluster.logs()
+        );
+        status
+    };
+    wait_until("luxid marks the job dead", DEADLINE, || {
+        answered("while the job dies") == "error"
+    });
+    // Past the moment luxid asked wconfd to free the locks.
+    for _ in 0..20 {
+        answered("after the job died");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cluster.wconfd.resume();
+    wait_until("luxid's call frees the locks", DEADLINE, || {
+        cluster
+            .luxid
+            .log()
+            .contains("wconfd freed a dead job's locks")
+    });
+    let locks = cluster.wconfd_client().ok("listAllLocksOwners", json!([]));
+    assert!(
+        !locks.to_string().contains("node/paused"),
+        "{locks}\n{}",
+        cluster.logs()
+    );
+}
+
 #[test]
 fn submitted_jobs_survive_a_luxid_kill_and_a_stop() {
     let mut cluster = Cluster::start_with_settings("[luxid]\nmax_running_jobs = 1\n");
