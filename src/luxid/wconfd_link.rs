@@ -276,3 +276,95 @@ impl WconfdLink {
         self.pause = (self.pause * 2).min(WCONFD_RECONNECT_PAUSE_MAX);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::os::unix::net::{UnixListener, UnixStream as StdStream};
+
+    use super::*;
+    use crate::protocol::{ETX, parse_request};
+
+    /// The next request a fake wconfd reads on `stream`.
+    fn read_request(stream: &mut StdStream) -> crate::protocol::Request {
+        let mut frame = Vec::new();
+        let mut byte = [0u8; 1];
+        while stream.read(&mut byte).expect("a request") == 1 && byte[0] != ETX {
+            frame.push(byte[0]);
+        }
+        parse_request(&frame).expect("a request")
+    }
+
+    #[test]
+    fn an_unanswered_call_is_sent_again_on_a_new_connection_until_answered() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let socket = dir.path().join("wconfd.sock");
+        let listener = UnixListener::bind(&socket).expect("bind");
+        let poll = mio::Poll::new().expect("a poll");
+        let mut link = WconfdLink::new(socket, poll.registry(), Token(7), 1 << 20).expect("a link");
+        let owner = Owner::job(3, "/l/job_000003_1", 42);
+        let start = Instant::now();
+        link.free_locks(owner.clone(), start);
+        let (mut hung, _) = listener.accept().expect("the first connection");
+        let request = read_request(&mut hung);
+        assert_eq!(request.method, "freeLocks");
+        assert_eq!(
+            request.args,
+            WconfdRequest::FreeLocks {
+                owner: owner.clone()
+            }
+            .encode()
+            .args
+        );
+        // No answer: nothing happens before the deadline, then the link
+        // drops the connection and, after its pause, asks again.
+        link.tick(start + WCONFD_ANSWER_DEADLINE / 2);
+        assert_eq!(link.waiting(), 1);
+        let overdue = start + WCONFD_ANSWER_DEADLINE;
+        link.tick(overdue);
+        let mut end = [0u8; 1];
+        assert_eq!(hung.read(&mut end).expect("the end"), 0, "dropped");
+        assert_eq!(
+            link.next_wakeup(),
+            Some(overdue + WCONFD_RECONNECT_PAUSE_MIN)
+        );
+        link.tick(overdue + WCONFD_RECONNECT_PAUSE_MIN);
+        let (mut answering, _) = listener.accept().expect("the second connection");
+        assert_eq!(read_request(&mut answering).method, "freeLocks");
+        answering
+            .write_all(b"{\"success\": true, \"result\": []}\x03")
+            .expect("answer");
+        link.event(overdue + WCONFD_RECONNECT_PAUSE_MIN);
+        assert_eq!(link.waiting(), 0);
+        assert_eq!(link.next_wakeup(), None);
+    }
+
+    #[test]
+    fn a_refused_call_is_dropped_and_an_absent_wconfd_is_retried() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let socket = dir.path().join("wconfd.sock");
+        let poll = mio::Poll::new().expect("a poll");
+        let mut link =
+            WconfdLink::new(socket.clone(), poll.registry(), Token(7), 1 << 20).expect("a link");
+        let now = Instant::now();
+        // Nobody listens: the call waits, with a doubling pause.
+        link.free_locks(Owner::job(1, "/l/a", 1), now);
+        assert_eq!(link.waiting(), 1);
+        assert_eq!(link.next_wakeup(), Some(now + WCONFD_RECONNECT_PAUSE_MIN));
+        link.tick(now + WCONFD_RECONNECT_PAUSE_MIN);
+        assert_eq!(
+            link.next_wakeup(),
+            Some(now + WCONFD_RECONNECT_PAUSE_MIN + WCONFD_RECONNECT_PAUSE_MIN * 2)
+        );
+        let listener = UnixListener::bind(&socket).expect("bind");
+        let later = now + Duration::from_secs(1);
+        link.tick(later);
+        let (mut wconfd, _) = listener.accept().expect("a connection");
+        assert_eq!(read_request(&mut wconfd).method, "freeLocks");
+        wconfd
+            .write_all(b"{\"success\": false, \"result\": [\"GenericError\", [\"no\"]]}\x03")
+            .expect("answer");
+        link.event(later);
+        assert_eq!(link.waiting(), 0, "a refusal is not retried");
+    }
+}
