@@ -632,7 +632,7 @@ fn a_paused_wconfd_does_not_hold_up_luxid() {
     cluster.wconfd.pause();
     kill(Pid::from_raw(runner), Signal::SIGKILL).expect("kill the runner");
     let answered_within = Duration::from_secs(1);
-    let mut answered = |what: &str| {
+    let answered = |what: &str| {
         let asked = Instant::now();
         let status = cluster.status(id);
         assert!(
