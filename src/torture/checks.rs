@@ -408,7 +408,8 @@ fn opcode_locks(op: &Value) -> Vec<(String, Mode)> {
                 (entry[0].as_str().unwrap_or_default().to_owned(), mode)
             })
             .collect(),
-        Some("OP_TEST_DELAY") if op["no_locks"] == false => op["on_nodes"]
+        // Whatever `no_locks` says, as in Ganeti 3.0.
+        Some("OP_TEST_DELAY") => op["on_nodes"]
             .as_array()
             .into_iter()
             .flatten()

@@ -1078,3 +1078,75 @@ fn the_livelock_of_a_runner_killed_after_finishing_its_job_is_removed() {
     cluster.wconfd.resume();
     assert_eq!(cluster.status(id), "success");
 }
+
+/// The socket an interruptible delay of `id` logged (its `delay-test`
+/// entry), once it has.
+fn delay_socket(cluster: &Cluster, id: u64) -> PathBuf {
+    let mut socket = None;
+    wait_until(&format!("job {id} logs its delay socket"), DEADLINE, || {
+        let oplog = cluster.query(id, &["oplog"]).remove(0);
+        socket = oplog[0].as_array().and_then(|log| {
+            log.iter()
+                .find(|entry| entry[2] == "delay-test")
+                .and_then(|entry| entry[3][0].as_str().map(PathBuf::from))
+        });
+        socket.is_some()
+    });
+    socket.expect("just found")
+}
+
+#[test]
+fn test_delays_on_a_node_lock_it_whatever_no_locks_says() {
+    // Found from outside with Ganeti's luxi.Client: delays on `on_nodes`
+    // without `no_locks` (Ganeti's default, true) ran at once, holding only
+    // cluster/BGL. Ganeti 3.0's LUTestDelay locks the nodes either way.
+    let cluster = Cluster::start();
+    let on_n1 = |seconds: f64, interruptible: bool| {
+        json!({"OP_ID": "OP_TEST_DELAY", "duration": seconds, "on_master": false,
+               "on_nodes": ["n1"], "interruptible": interruptible})
+    };
+    let first = cluster.submit(json!([on_n1(30.0, true)]));
+    let socket = delay_socket(&cluster, first);
+    let holders = |cluster: &Cluster| -> Vec<u64> {
+        let locks = cluster.wconfd_client().ok("listAllLocksOwners", json!([]));
+        locks
+            .as_array()
+            .expect("a lock list")
+            .iter()
+            .filter(|entry| entry[0] == "node/n1")
+            .flat_map(|entry| entry[1].as_array().cloned().unwrap_or_default())
+            .map(|holder| {
+                assert_eq!(holder[1], "exclusive", "{holder}");
+                holder[0][0].as_u64().expect("a job id")
+            })
+            .collect()
+    };
+    assert_eq!(holders(&cluster), vec![first], "{}", cluster.logs());
+    let second = cluster.submit(json!([on_n1(0.3, false)]));
+    let third = cluster.submit(json!([on_n1(0.3, false)]));
+    for id in [second, third] {
+        wait_until(&format!("job {id} waits for node/n1"), DEADLINE, || {
+            cluster.status(id) == "waiting"
+        });
+    }
+    assert_eq!(holders(&cluster), vec![first], "{}", cluster.logs());
+    assert_eq!(cluster.status(first), "running");
+    let mut stream = UnixStream::connect(&socket).expect("connect to the delay socket");
+    std::io::Write::write_all(&mut stream, b"x").expect("write a byte");
+    for id in [first, second, third] {
+        assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
+    }
+    // One after the other: each opcode ran while no other held node/n1.
+    let ts = |value: &Value| value[0].as_f64().unwrap() + value[1].as_f64().unwrap() / 1e6;
+    let mut spans: Vec<(f64, f64)> = [first, second, third]
+        .iter()
+        .map(|&id| {
+            let row = cluster.query(id, &["opexec", "opend"]);
+            (ts(&row[0][0]), ts(&row[1][0]))
+        })
+        .collect();
+    spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for pair in spans.windows(2) {
+        assert!(pair[1].0 >= pair[0].1 - 0.01, "{spans:?}");
+    }
+}
