@@ -1150,3 +1150,42 @@ fn test_delays_on_a_node_lock_it_whatever_no_locks_says() {
         assert!(pair[1].0 >= pair[0].1 - 0.01, "{spans:?}");
     }
 }
+
+#[test]
+fn the_serial_names_the_last_acknowledged_id_while_luxid_runs_and_after_a_kill() {
+    // Ganeti's layout keeps queue/serial current and tools outside warden
+    // read it: it must name an id by the time its submission is answered,
+    // not only after a clean stop.
+    let mut cluster = Cluster::start();
+    let serial_path = cluster.root().path().join("queue/serial");
+    let serial = || -> u64 {
+        let text = fs::read_to_string(&serial_path).expect("queue/serial exists");
+        text.trim_end()
+            .parse()
+            .unwrap_or_else(|_| panic!("queue/serial is not an id: {text:?}"))
+    };
+    let mut client = cluster.client();
+    for _ in 0..3 {
+        let id = client.ok("SubmitJob", json!([[exec(&["/bin/true"])]]));
+        assert_eq!(serial(), id.as_u64().expect("an id"));
+    }
+    let ids = client.ok(
+        "SubmitManyJobs",
+        json!([[[exec(&["/bin/true"])], [exec(&["/bin/true"])]]]),
+    );
+    assert_eq!(ids, json!([[true, 4], [true, 5]]));
+    assert_eq!(serial(), 5);
+    for id in 1..=5 {
+        assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
+    }
+    cluster.luxid.kill9();
+    assert_eq!(serial(), 5, "after kill -9");
+    // Ids go on from it even with every job file gone (archived and the
+    // archive cleaned, as Ganeti's cleaner does).
+    for id in 1..=5 {
+        let _ = fs::remove_file(cluster.root().path().join(format!("queue/job-{id}")));
+    }
+    cluster.luxid = Luxid::start_on(cluster.root());
+    assert_eq!(cluster.submit(json!([exec(&["/bin/true"])])), 6);
+    assert_eq!(serial(), 6);
+}
