@@ -750,32 +750,47 @@ fn raising_a_waiting_jobs_priority_lets_it_pass_another_waiter() {
 
 #[test]
 fn cancel_right_after_submit_cancels_and_never_kills() {
+    // A cancel answered "will be canceled" must cancel. It once did not:
+    // luxid answered from its copy of the job, which lags the runner's
+    // writes, so a runner that had just written `running` ran its opcode
+    // to `success` (one run in four under load). The pauses between the
+    // submit and the cancel sweep the runner's way from its start to its
+    // opcode's work.
     let cluster = Cluster::start();
     let mut client = cluster.client();
-    for _ in 0..10 {
-        let id = client
-            .ok("SubmitJob", json!([[delay(2.0)]]))
-            .as_u64()
-            .unwrap();
-        let reply = client.ok("CancelJob", json!([id]));
+    let mut answered = Vec::new();
+    for step in 0..17u64 {
+        for _ in 0..8 {
+            let id = client
+                .ok("SubmitJob", json!([[delay(0.3)]]))
+                .as_u64()
+                .unwrap();
+            std::thread::sleep(Duration::from_micros(250 * step));
+            answered.push((id, client.ok("CancelJob", json!([id]))));
+        }
+    }
+    for (id, reply) in answered {
+        let status = cluster.wait_final(id);
         if reply[0] == json!(true) {
-            assert_eq!(cluster.wait_final(id), "canceled", "{}", cluster.logs());
+            // "Job N will be canceled", or "Dequeued job N" if it had
+            // not started.
+            assert_eq!(status, "canceled", "job {id}, answered {reply}");
         } else {
-            // On a busy machine the runner may reach its opcode before the
-            // cancel arrives: jobs.md leaves a running opcode alone (the
-            // runner, informed, cancels at the next opcode boundary), so the
-            // job ends `success` or `canceled`, never killed (`error`).
+            // The runner reached its opcode's work before the cancel:
+            // jobs.md leaves a running opcode alone (the runner, informed,
+            // cancels at the next opcode boundary), so the job ends
+            // `success` or `canceled`, never killed (`error`).
             assert_eq!(
                 reply,
                 json!([
                     false,
                     "Job no longer waiting, can't cancel (informed it anyway)"
-                ])
+                ]),
+                "job {id}"
             );
-            let status = cluster.wait_final(id);
             assert!(
                 status == "success" || status == "canceled",
-                "{status}: {}",
+                "job {id} {status}: {}",
                 cluster.logs()
             );
         }
