@@ -1057,8 +1057,22 @@ impl State {
             }
             return Ok(json!([true, format!("Job {id} will be killed")]));
         }
-        let waiting = job.status() == Status::Waiting || job.status() == Status::Queued;
+        let known_waiting = job.status() == Status::Waiting || job.status() == Status::Queued;
         self.signal_runner(id, Signal::SIGTERM);
+        // The copy in memory lags the runner's writes (inotify): the
+        // answer comes from the file as it is now that the signal is sent.
+        // The runner checks for a SIGTERM once more after writing
+        // `running`, so a file read here without a running opcode means
+        // the signal stops it (a deferred signal, sent once the pid is
+        // known, keeps the answer of the copy in memory).
+        let waiting = if pid == 0 {
+            known_waiting
+        } else {
+            matches!(
+                self.queue.read_job(id),
+                Ok(Some(on_disk)) if matches!(on_disk.status(), Status::Waiting | Status::Queued)
+            )
+        };
         if waiting {
             Ok(json!([true, format!("Job {id} will be canceled")]))
         } else {

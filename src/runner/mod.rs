@@ -36,7 +36,10 @@
 //!   request is dropped and it and every later opcode become `canceling`,
 //!   then `canceled`. A running opcode is never interrupted: the cancel
 //!   takes effect when the next opcode would start (Ganeti's rule, and the
-//!   one luxid's `CancelJob` answer promises).
+//!   one luxid's `CancelJob` answer promises). The last moment a cancel
+//!   still stops an opcode is just after its `running` is on disk, before
+//!   its work starts: luxid promises a cancel only if the job file it reads
+//!   after sending SIGTERM shows no opcode running.
 //!
 //! One thread, one mio [`Poll`]: the SIGTERM pipe, the wconfd socket, a
 //! program's pipes and exit (pidfd), a delay's socket. No async runtime.
@@ -605,6 +608,17 @@ impl Runner {
             op.exec_timestamp = Some(Timestamp::now());
         }
         self.context.publish()?;
+        // luxid answers a cancel from the job file as it reads it after
+        // its SIGTERM was sent: a SIGTERM that came before `running` was
+        // on disk got "will be canceled", and the opcode has not started
+        // its work yet, so it still counts (one that comes later was told
+        // "no longer waiting"; its opcode runs).
+        self.context.check_signals();
+        if self.context.cancel_requested {
+            self.context.job.ops[index].exec_timestamp = None;
+            self.cancel_from(index, CANCELED_RESULT, true)?;
+            return Ok(false);
+        }
         let result = self.execute(index, &parsed)?;
         let succeeded = result.is_ok();
         {
