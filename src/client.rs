@@ -1,10 +1,11 @@
-//! A small blocking client of either daemon (protocol.md): one connection
-//! to `<root>/socket/wconfd.sock` or `<root>/socket/luxid.sock`, one request
-//! at a time. The job runner uses it for its lock requests, luxid to free
-//! the locks of dead jobs, and the `warden` command for everything it asks.
-//! A caller sends a request and reads its answer, or (for a held
-//! `awaitLocks` or `WaitForJobChange`) sends, waits for the socket to
-//! become readable in its own event loop, and then reads.
+//! A small blocking client of either daemon (PROTOCOL.md "1. Transport"):
+//! one connection to `<root>/socket/wconfd.sock` or
+//! `<root>/socket/luxid.sock`, one request at a time. The job runner uses
+//! it for its lock requests, luxid to free the locks of dead jobs, and the
+//! `warden` command for everything it asks. A caller sends a request and
+//! reads its answer, or (for a held `awaitLocks` or `WaitForJobChange`)
+//! sends, waits for the socket to become readable in its own event loop,
+//! and then reads.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
@@ -62,7 +63,8 @@ pub enum ClientError {
         daemon: &'static str,
         source: io::Error,
     },
-    /// The daemon sent something that is not an answer of protocol.md.
+    /// The daemon sent something that is not an answer of PROTOCOL.md
+    /// "Request and response envelopes".
     #[error("{daemon} sent a malformed answer: {message}")]
     Protocol {
         daemon: &'static str,

@@ -9,7 +9,7 @@ use std::time::Duration;
 /// or an attack, and names are copied into several indexes.
 pub const LOCK_NAME_BYTES_MAX: usize = 1024;
 
-// Livelocks (liveness.md).
+// Livelocks (LIVENESS.md).
 
 /// Longest livelock file name accepted, in bytes: `NAME_MAX` of Linux file
 /// systems. A longer name cannot exist as a file, so an owner naming one is
@@ -33,7 +33,7 @@ pub const LIVELOCK_CREATE_ATTEMPTS: u32 = 8;
 /// at the start of a process.
 pub const LIVELOCK_CREATE_RETRY_PAUSE: Duration = Duration::from_millis(1);
 
-// Settings of warden.toml (spec/README.md "Settings"): the default of each
+// Settings of warden.toml (OPERATIONS.md "Settings"): the default of each
 // and the range accepted. Names follow the settings' keys.
 
 /// Largest `warden.toml` read: a settings file is a few hundred bytes; a
@@ -135,7 +135,7 @@ pub const LUXID_JOB_LOG_BYTES_MAX_DEFAULT: usize = 1024 * 1024;
 /// which no job file should ever approach.
 pub const JOB_LOG_BYTES_MAX_RANGE: RangeInclusive<usize> = 1024..=1024 * 1024 * 1024;
 
-// Jobs (jobs.md).
+// Jobs (JOBS.md).
 
 /// Longest `WaitForJobChange` wait, in seconds: Ganeti's cap. Its client
 /// asks for less and calls again; a longer hold would outlive client
@@ -185,7 +185,7 @@ pub const QUERY_FILTER_REGEXES_MAX: usize = 16;
 /// repetitions could otherwise claim.
 pub const QUERY_FILTER_REGEX_BYTES_MAX: usize = 1024 * 1024;
 
-// Clients of both daemons (protocol.md).
+// Clients of both daemons (PROTOCOL.md "1. Transport").
 
 /// How long one read or write on a client's connection may block before
 /// the daemon counts as hung. Both daemons answer every request within
@@ -202,7 +202,7 @@ pub const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// enough to recognise it, never a frame's worth of it in a log line.
 pub const QUOTED_CHARS_MAX: usize = 100;
 
-// The job runner (jobs.md).
+// The job runner (JOBS.md "Runner lifecycle").
 
 /// Log entries are written at most this often (status changes at once):
 /// a program printing thousands of lines costs a few file writes a

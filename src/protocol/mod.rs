@@ -1,7 +1,7 @@
-//! The wire protocol shared by wconfd and luxid (protocol.md): framing,
-//! the request and response envelopes, and each daemon's methods decoded
-//! into typed requests. Only this module and `store` know JSON; the cores
-//! see typed values.
+//! The wire protocol shared by wconfd and luxid (PROTOCOL.md
+//! "1. Transport"): framing, the request and response envelopes, and each
+//! daemon's methods decoded into typed requests. Only this module and
+//! `store` know JSON; the cores see typed values.
 
 #[cfg(test)]
 pub mod arbitrary;

@@ -1,4 +1,4 @@
-//! The job runner (jobs.md "Runner lifecycle", liveness.md): one process
+//! The job runner (JOBS.md "Runner lifecycle", LIVENESS.md): one process
 //! per job, started by luxid with the job's id. It proves it is alive with
 //! its livelock, takes each opcode's locks from wconfd, runs the opcodes in
 //! order, and records every step in the job's file, which it alone writes
@@ -11,8 +11,8 @@
 //!    died first) it leaves the job alone and exits.
 //! 1. SIGTERM is caught (a cancel request), then the livelock
 //!    `<root>/livelocks/job_<id:06>_<secs>` is created and locked, before
-//!    anything else (liveness.md); its descriptor is handed on to the
-//!    programs the runner starts.
+//!    anything else (LIVENESS.md "Livelock files"); its descriptor is
+//!    handed on to the programs the runner starts.
 //! 2. The job file is read. A final job is left alone. Otherwise its
 //!    `livelock`, `process_id` and `start_timestamp` are recorded (with the
 //!    first opcode's `waiting`, in one write).
