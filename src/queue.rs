@@ -1,4 +1,4 @@
-//! The job queue on disk (jobs.md "Queue on disk"): `<root>/queue` with
+//! The job queue on disk (JOBS.md "Queue on disk"): `<root>/queue` with
 //! Ganeti's layout. `serial` (last id handed out, current with every
 //! commit of new jobs: see [`SerialFile`]), `version`, `lock` (held
 //! by the running luxid), `drain` (present = drained), `job-<id>` per live

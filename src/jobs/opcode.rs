@@ -1,4 +1,4 @@
-//! Opcodes: checking a submitted opcode (jobs.md "Opcodes"), the locks it
+//! Opcodes: checking a submitted opcode (PROTOCOL.md "5. Opcodes"), the locks it
 //! takes, and the fields luxid adds at submit (reason, absolute
 //! dependencies).
 //!

@@ -1,4 +1,4 @@
-//! luxid, the job queue daemon (jobs.md): start-up (settings, the queue
+//! luxid, the job queue daemon (JOBS.md): start-up (settings, the queue
 //! and its lock, recovery of jobs whose runner died while luxid was down,
 //! the socket) and the event loop of [`server`].
 //!

@@ -429,7 +429,7 @@ fn job_commands_print_stable_json() {
     assert_eq!(cluster.wait_final(held), "canceled");
     let killed = json_of(&root, &["cancel", "--kill", &blocker.to_string()]);
     assert_eq!(killed["canceled"], json!(true), "{killed}");
-    // jobs.md: a killed job ends `error` ("detected death of job N").
+    // LIVENESS.md "Who probes, when": a killed job ends `error` ("detected death of job N").
     assert_eq!(cluster.wait_final(blocker), "error");
 
     let archived = json_of(&root, &["archive", &ok.to_string()]);

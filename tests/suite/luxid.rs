@@ -1,4 +1,4 @@
-//! luxid with real job runners and a real wconfd, over LUXI (jobs.md):
+//! luxid with real job runners and a real wconfd, over LUXI (PROTOCOL.md "4. luxid methods", JOBS.md):
 //! submission, queries, long polls, cancel, archive, priorities,
 //! dependencies, lock contention, and the deaths of runners and of luxid.
 //!
@@ -20,7 +20,7 @@ use crate::daemon::{
     wait_until,
 };
 
-/// liveness.md: a runner killed with SIGKILL has its job marked `error` and
+/// LIVENESS.md "Targets": a runner killed with SIGKILL has its job marked `error` and
 /// its locks free within this (the test also counts its own polling).
 const DEATH_TO_FREE_MAX: Duration = Duration::from_millis(50);
 
@@ -533,7 +533,7 @@ fn a_killed_runner_fails_its_job_and_frees_its_locks() {
         .as_u64()
         .expect("the runner recorded its pid") as i32;
     let mut wconfd = cluster.wconfd_client();
-    // jobs.md's bound; measured with nothing else of the suite running.
+    // LIVENESS.md "Targets" (50 ms); measured with nothing else of the suite running.
     let _timing = timing_guard();
     let killed = Instant::now();
     kill(Pid::from_raw(runner), Signal::SIGKILL).unwrap();
@@ -904,7 +904,7 @@ fn cancel_right_after_submit_cancels_and_never_kills() {
             assert_eq!(status, "canceled", "job {id}, answered {reply}");
         } else {
             // The runner reached its opcode's work before the cancel:
-            // jobs.md leaves a running opcode alone (the runner, informed,
+            // PROTOCOL.md "CancelJob" leaves a running opcode alone (the runner, informed,
             // cancels at the next opcode boundary), so the job ends
             // `success` or `canceled`, never killed (`error`).
             assert_eq!(
