@@ -100,6 +100,11 @@ pub const WCONFD_SNAPSHOT_JOURNAL_BYTES_MAX_DEFAULT: u64 = 16 * 1024 * 1024;
 pub const SNAPSHOT_JOURNAL_BYTES_MAX_RANGE: RangeInclusive<u64> =
     64 * 1024..=64 * 1024 * 1024 * 1024;
 
+/// Longest `awaitLocks` timeout wconfd accepts: an hour; a runner that
+/// waits longer asks again, and a held request costs wconfd an entry
+/// until then.
+pub const AWAIT_TIMEOUT_MS_MAX: u64 = 3_600_000;
+
 /// `[luxid] max_running_jobs`: Ganeti's default number of jobs running at
 /// once (each is a process holding a wconfd connection).
 pub const LUXID_MAX_RUNNING_JOBS_DEFAULT: usize = 20;
