@@ -47,7 +47,6 @@ use crate::sys;
 const SIGNALS: Token = Token(1);
 const FIRST_DYNAMIC_TOKEN: usize = 2;
 
-
 struct Await {
     token: Token,
     request: Vec<Entry>,
