@@ -1,10 +1,11 @@
-//! A small blocking client of either daemon (protocol.md): one connection
-//! to `<root>/socket/wconfd.sock` or `<root>/socket/luxid.sock`, one request
-//! at a time. The job runner uses it for its lock requests, luxid to free
-//! the locks of dead jobs, and the `warden` command for everything it asks.
-//! A caller sends a request and reads its answer, or (for a held
-//! `awaitLocks` or `WaitForJobChange`) sends, waits for the socket to
-//! become readable in its own event loop, and then reads.
+//! A small blocking client of either daemon (PROTOCOL.md "1. Transport"):
+//! one connection to `<root>/socket/wconfd.sock` or
+//! `<root>/socket/luxid.sock`, one request at a time. The job runner uses
+//! it for its lock requests, luxid to free the locks of dead jobs, and the
+//! `warden` command for everything it asks. A caller sends a request and
+//! reads its answer, or (for a held `awaitLocks` or `WaitForJobChange`)
+//! sends, waits for the socket to become readable in its own event loop,
+//! and then reads.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
@@ -12,14 +13,14 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::jobs::JobId;
 use crate::limits::{CLIENT_IO_TIMEOUT, READ_CHUNK_BYTES};
 use crate::locks::{Entry, Owner, Priority};
 use crate::protocol::luxi::LuxiRequest;
 use crate::protocol::wconfd::WconfdRequest;
-use crate::protocol::{ETX, FrameError, FrameReader, Request};
+use crate::protocol::{FrameError, FrameReader, Request};
 
 /// The daemon a client talks to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,7 +63,8 @@ pub enum ClientError {
         daemon: &'static str,
         source: io::Error,
     },
-    /// The daemon sent something that is not an answer of protocol.md.
+    /// The daemon sent something that is not an answer of PROTOCOL.md
+    /// "Request and response envelopes".
     #[error("{daemon} sent a malformed answer: {message}")]
     Protocol {
         daemon: &'static str,
@@ -126,20 +128,6 @@ impl Client {
         self.daemon
     }
 
-    /// Sends a request given as a method name and its arguments, and
-    /// waits for its answer: the raw wire, for what has no typed request
-    /// yet. Everything else calls the typed methods below.
-    pub fn call(&mut self, method: &str, args: Value) -> Result<Value, ClientError> {
-        self.send(method, args)?;
-        self.receive()
-    }
-
-    /// Sends a raw request without waiting for its answer (see
-    /// [`Client::call`]).
-    pub fn send(&mut self, method: &str, args: Value) -> Result<(), ClientError> {
-        self.send_frame(&json!({"method": method, "args": args}))
-    }
-
     /// Sends an encoded request and waits for its answer.
     pub fn request(&mut self, request: &Request) -> Result<Value, ClientError> {
         self.send_request(request)?;
@@ -151,7 +139,11 @@ impl Client {
     ///
     /// [`receive`]: Client::receive
     pub fn send_request(&mut self, request: &Request) -> Result<(), ClientError> {
-        self.send_frame(&json!({"method": request.method, "args": request.args}))
+        let mut frame = Vec::new();
+        request.write_frame(&mut frame);
+        self.stream
+            .write_all(&frame)
+            .map_err(|source| self.io_error(source))
     }
 
     /// Calls wconfd: its raw answer.
@@ -162,14 +154,6 @@ impl Client {
     /// Calls luxid: its raw answer.
     pub fn luxi(&mut self, request: &LuxiRequest) -> Result<Value, ClientError> {
         self.request(&request.encode())
-    }
-
-    fn send_frame(&mut self, document: &Value) -> Result<(), ClientError> {
-        let mut frame = serde_json::to_vec(document).expect("JSON to a Vec cannot fail");
-        frame.push(ETX);
-        self.stream
-            .write_all(&frame)
-            .map_err(|source| self.io_error(source))
     }
 
     // ----- wconfd -----
@@ -478,7 +462,7 @@ fn answer_job_id(value: &Value) -> Option<JobId> {
 }
 
 /// An answer frame of `daemon` as `Ok(result)` or the error it carries.
-fn decode_answer(daemon: &'static str, frame: &[u8]) -> Result<Value, ClientError> {
+pub fn decode_answer(daemon: &'static str, frame: &[u8]) -> Result<Value, ClientError> {
     let protocol = |message: String| ClientError::Protocol { daemon, message };
     let answer: Value =
         serde_json::from_slice(frame).map_err(|error| protocol(format!("not JSON: {error}")))?;
@@ -516,6 +500,8 @@ impl AsRawFd for Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::ETX;
+    use serde_json::json;
 
     #[test]
     fn answers_decode_to_results_and_failures() {
@@ -569,7 +555,7 @@ mod tests {
                 .unwrap();
             serde_json::from_slice::<Value>(&request).unwrap()
         });
-        assert_eq!(client.call("echo", json!(["hi"])).unwrap(), json!("hi"));
+        assert_eq!(client.echo("hi").unwrap(), "hi");
         assert_eq!(
             server.join().unwrap(),
             json!({"method": "echo", "args": ["hi"]})

@@ -25,7 +25,8 @@ pub fn make_dir(path: &Path, mode: u32) -> io::Result<()> {
     }
 }
 
-/// The daemon's own livelock, `<daemon>_<unix secs>` (liveness.md).
+/// The daemon's own livelock, `<daemon>_<unix secs>` (LIVENESS.md
+/// "Livelock files").
 pub fn daemon_livelock(livelock_dir: &Path, daemon: &str) -> io::Result<Livelock> {
     let started = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -62,8 +63,9 @@ pub fn share_with_group(path: &Path, gid: u32, mode: u32) -> io::Result<()> {
     fs::set_permissions(path, fs::Permissions::from_mode(mode))
 }
 
-/// Who may connect (protocol.md "Security"): root, the daemon's own uid,
-/// and members of the socket group (by primary group or membership).
+/// Who may connect (PROTOCOL.md "Credentials (SO_PEERCRED)"): root, the
+/// daemon's own uid, and members of the socket group (by primary group or
+/// membership).
 pub struct Admission {
     own_uid: u32,
     group_gid: Option<u32>,
@@ -172,8 +174,8 @@ pub fn accept(
     Accepted::Peer(stream, peer, privileged)
 }
 
-/// What a signal asks of a daemon (spec README: SIGTERM and SIGINT stop
-/// it cleanly, SIGUSR2 dumps its state to the log).
+/// What a signal asks of a daemon (OPERATIONS.md "Daemons": SIGTERM and
+/// SIGINT stop it cleanly, SIGUSR2 dumps its state to the log).
 pub enum Asked {
     Stop,
     Dump,

@@ -9,7 +9,7 @@ use std::time::Duration;
 /// or an attack, and names are copied into several indexes.
 pub const LOCK_NAME_BYTES_MAX: usize = 1024;
 
-// Livelocks (liveness.md).
+// Livelocks (LIVENESS.md).
 
 /// Longest livelock file name accepted, in bytes: `NAME_MAX` of Linux file
 /// systems. A longer name cannot exist as a file, so an owner naming one is
@@ -33,7 +33,7 @@ pub const LIVELOCK_CREATE_ATTEMPTS: u32 = 8;
 /// at the start of a process.
 pub const LIVELOCK_CREATE_RETRY_PAUSE: Duration = Duration::from_millis(1);
 
-// Settings of warden.toml (spec/README.md "Settings"): the default of each
+// Settings of warden.toml (OPERATIONS.md "Settings"): the default of each
 // and the range accepted. Names follow the settings' keys.
 
 /// Largest `warden.toml` read: a settings file is a few hundred bytes; a
@@ -100,6 +100,11 @@ pub const WCONFD_SNAPSHOT_JOURNAL_BYTES_MAX_DEFAULT: u64 = 16 * 1024 * 1024;
 pub const SNAPSHOT_JOURNAL_BYTES_MAX_RANGE: RangeInclusive<u64> =
     64 * 1024..=64 * 1024 * 1024 * 1024;
 
+/// Longest `awaitLocks` timeout wconfd accepts: an hour; a runner that
+/// waits longer asks again, and a held request costs wconfd an entry
+/// until then.
+pub const AWAIT_TIMEOUT_MS_MAX: u64 = 3_600_000;
+
 /// `[luxid] max_running_jobs`: Ganeti's default number of jobs running at
 /// once (each is a process holding a wconfd connection).
 pub const LUXID_MAX_RUNNING_JOBS_DEFAULT: usize = 20;
@@ -135,7 +140,7 @@ pub const LUXID_JOB_LOG_BYTES_MAX_DEFAULT: usize = 1024 * 1024;
 /// which no job file should ever approach.
 pub const JOB_LOG_BYTES_MAX_RANGE: RangeInclusive<usize> = 1024..=1024 * 1024 * 1024;
 
-// Jobs (jobs.md).
+// Jobs (JOBS.md).
 
 /// Longest `WaitForJobChange` wait, in seconds: Ganeti's cap. Its client
 /// asks for less and calls again; a longer hold would outlive client
@@ -185,7 +190,7 @@ pub const QUERY_FILTER_REGEXES_MAX: usize = 16;
 /// repetitions could otherwise claim.
 pub const QUERY_FILTER_REGEX_BYTES_MAX: usize = 1024 * 1024;
 
-// Clients of both daemons (protocol.md).
+// Clients of both daemons (PROTOCOL.md "1. Transport").
 
 /// How long one read or write on a client's connection may block before
 /// the daemon counts as hung. Both daemons answer every request within
@@ -202,7 +207,7 @@ pub const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// enough to recognise it, never a frame's worth of it in a log line.
 pub const QUOTED_CHARS_MAX: usize = 100;
 
-// The job runner (jobs.md).
+// The job runner (JOBS.md "Runner lifecycle").
 
 /// Log entries are written at most this often (status changes at once):
 /// a program printing thousands of lines costs a few file writes a
@@ -232,6 +237,18 @@ pub const WCONFD_RECONNECT_PAUSE_MIN: Duration = Duration::from_millis(2);
 /// waiting for a wconfd that stays down costs a connect attempt every
 /// half second, and notices its return within that.
 pub const WCONFD_RECONNECT_PAUSE_MAX: Duration = Duration::from_millis(500);
+
+/// How long luxid waits for wconfd's answer to one of its calls before
+/// it counts the connection as hung, drops it and asks again on a new one
+/// (wconfd answers within milliseconds when it runs; luxid goes on serving
+/// meanwhile either way).
+pub const WCONFD_ANSWER_DEADLINE: Duration = Duration::from_secs(5);
+
+/// luxid's calls waiting for wconfd at most: one per job whose runner died
+/// while wconfd did not answer. Past this a call is not made (wconfd's own
+/// probe of dead owners frees them), so a wconfd that stays away cannot
+/// make luxid's memory grow.
+pub const WCONFD_CALLS_QUEUED_MAX: usize = 100_000;
 
 /// Bytes read from one pipe of an `OP_EXEC` program before the runner
 /// looks at its other duties (the timeout, the other pipe, the log

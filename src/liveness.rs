@@ -1,4 +1,4 @@
-//! Livelock files and the death probe (liveness.md).
+//! Livelock files and the death probe (LIVENESS.md).
 //!
 //! A process proves it is alive by holding a lock on its livelock file in
 //! `<root>/livelocks/`: warden's processes an exclusive flock ([`Livelock`]),
@@ -61,18 +61,18 @@ fn is_livelock_name(name: &[u8]) -> bool {
 
 /// Whether an owner's livelock `path` (as sent on the wire) is acceptable:
 /// exactly `<livelock_dir>/<name>`, absolute, with `name` a plain file name
-/// (see locks.md "Lock owners").
+/// (see LOCKS.md "Lock owners").
 ///
 /// Only direct children of the directory are allowed, never files in
 /// subdirectories: stale removal only ever looks at direct children
-/// (liveness.md), and a single level makes "inside the directory" a purely
-/// lexical fact. The comparison is on the spelling: `.`/`..` components,
-/// doubled or trailing slashes and NUL bytes are refused (two spellings of
-/// one file would otherwise make two owners). `livelock_dir` is compared after
-/// lexical clean-up of its own spelling; it must be absolute (the daemon makes
-/// its root absolute at start-up), otherwise every path is refused.
-/// Symlinks are not resolved here; the probe never follows a symlink at the
-/// file name itself.
+/// (LIVENESS.md "The probe"), and a single level makes "inside the
+/// directory" a purely lexical fact. The comparison is on the spelling:
+/// `.`/`..` components, doubled or trailing slashes and NUL bytes are
+/// refused (two spellings of one file would otherwise make two owners).
+/// `livelock_dir` is compared after lexical clean-up of its own spelling;
+/// it must be absolute (the daemon makes its root absolute at start-up),
+/// otherwise every path is refused. Symlinks are not resolved here; the
+/// probe never follows a symlink at the file name itself.
 pub fn livelock_path_allowed(livelock_dir: &Path, path: &str) -> bool {
     let Some(dir) = clean_absolute(livelock_dir) else {
         return false;
@@ -132,9 +132,9 @@ fn same_file(a: &Metadata, b: &Metadata) -> bool {
     a.dev() == b.dev() && a.ino() == b.ino()
 }
 
-/// The death probe of liveness.md: true iff `path` does not exist, or a
-/// non-blocking shared flock on it succeeds *and* no other process holds a
-/// POSIX write lock on it.
+/// The death probe of LIVENESS.md "The probe": true iff `path` does not
+/// exist, or a non-blocking shared flock on it succeeds *and* no other
+/// process holds a POSIX write lock on it.
 ///
 /// Never blocks and never disturbs the holder: a shared flock it obtained is
 /// released at once (by closing its own descriptor), and POSIX locks are only
@@ -300,7 +300,7 @@ impl Livelock {
 
     /// Makes the livelock's descriptor survive `exec` (clears close-on-exec),
     /// so every process the caller starts from now on inherits it and keeps
-    /// the job alive while it runs (liveness.md "Livelock files").
+    /// the job alive while it runs (LIVENESS.md "Livelock files").
     ///
     /// Only a job's runner does this, on purpose; every other descriptor
     /// stays close-on-exec. The children must not close the descriptor

@@ -1,6 +1,6 @@
-//! The job queue on disk (jobs.md "Queue on disk"): `<root>/queue` with
-//! Ganeti's layout. `serial` (last id handed out, written at luxid's
-//! clean stop: see [`Queue::save_serial`]), `version`, `lock` (held
+//! The job queue on disk (JOBS.md "Queue on disk"): `<root>/queue` with
+//! Ganeti's layout. `serial` (last id handed out, current with every
+//! commit of new jobs: see [`SerialFile`]), `version`, `lock` (held
 //! by the running luxid), `drain` (present = drained), `job-<id>` per live
 //! job, `archive/<id div 10000>/job-<id>` per archived job.
 //!
@@ -11,7 +11,8 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::sync::{Arc, Mutex};
 
 use std::path::{Path, PathBuf};
 
@@ -28,6 +29,77 @@ use crate::store::{StoreError, atomic_write, sync_dir};
 pub const QUEUE_VERSION: u32 = 1;
 /// Archived jobs are spread over directories of this many ids.
 pub const ARCHIVE_IDS_PER_DIR: JobId = 10_000;
+
+/// The serial file's fixed length: the id, left-aligned and padded with
+/// spaces to the 20 digits of the largest `u64`, then a newline. Ganeti's
+/// readers strip trailing white space (Python's `int`, Haskell's
+/// `rStripSpace`), so they read it as the plain number.
+const SERIAL_FILE_BYTES: usize = 21;
+
+/// The serial file's content for `serial`: always [`SERIAL_FILE_BYTES`]
+/// long.
+fn serial_text(serial: JobId) -> [u8; SERIAL_FILE_BYTES] {
+    let mut text = [b' '; SERIAL_FILE_BYTES];
+    let digits = serial.to_string();
+    text[..digits.len()].copy_from_slice(digits.as_bytes());
+    text[SERIAL_FILE_BYTES - 1] = b'\n';
+    text
+}
+
+/// `queue/serial`, kept current while luxid runs: it names the last id
+/// handed out once the commit of that id's job returned (Ganeti's layout
+/// keeps it so, and tools outside warden read it).
+///
+/// The file is created once (atomic replace) and then overwritten in
+/// place: each commit writes the new value over the old with one
+/// positioned write and syncs it beside the commit's job files, so no
+/// file is created per commit (D41, D42). Every value has the same
+/// length, so the file's size and blocks never change after its creation
+/// and the write touches only the first bytes of its one block: a crash
+/// leaves the old value or the new one, never a mix or a hole (a kill
+/// cannot stop a write inside one page half-way; a device writes a sector
+/// whole). Even so the serial is never the only record of an id: the
+/// commit syncs the job files too, and [`Queue::open`] takes the largest
+/// of the serial, the job files and the archive.
+struct SerialFile {
+    path: PathBuf,
+    state: Mutex<SerialState>,
+}
+
+struct SerialState {
+    /// Open for writing once the file has the fixed length.
+    file: Option<File>,
+    /// The value the file durably holds (0: none yet).
+    written: JobId,
+}
+
+impl SerialFile {
+    /// Makes the file name at least `serial`, durably (creating it on
+    /// first use). Two commits in flight at once cannot take it back: a
+    /// value not above the one written is not written again.
+    fn advance(&self, serial: JobId) -> io::Result<()> {
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if serial <= state.written && state.file.is_some() {
+            return Ok(());
+        }
+        let text = serial_text(serial.max(state.written));
+        match &state.file {
+            Some(file) => {
+                file.write_all_at(&text, 0)?;
+                file.sync_data()?;
+            }
+            None => {
+                atomic_write(&self.path, &text)?;
+                state.file = Some(OpenOptions::new().write(true).open(&self.path)?);
+            }
+        }
+        state.written = state.written.max(serial);
+        Ok(())
+    }
+}
 
 /// A job file name: `job-<id>`.
 pub fn job_file_name(id: JobId) -> String {
@@ -192,12 +264,26 @@ pub struct NewJobsCommit {
     dir: PathBuf,
     /// Each job file's final path with its content.
     files: Vec<(PathBuf, Vec<u8>)>,
+    /// The queue's serial file and the last id handed out when the
+    /// commit was made.
+    serial_file: Arc<SerialFile>,
+    serial: JobId,
 }
 
 impl NewJobsCommit {
     /// Makes the files durable (see [`Queue::commit_new`]).
     pub fn run(&self) -> io::Result<()> {
-        self.write_temps()?;
+        let (serial, temps) = rayon::join(
+            || self.serial_file.advance(self.serial),
+            || self.write_temps(),
+        );
+        if let Err(error) = serial {
+            if temps.is_ok() {
+                self.remove_temps();
+            }
+            return Err(error);
+        }
+        temps?;
         self.put_in_place()
     }
 
@@ -261,8 +347,9 @@ pub struct Queue {
     dir: PathBuf,
     /// The flock on `queue/lock`, held for luxid's life.
     _lock: File,
-    /// The last id handed out (in memory; durable once written).
+    /// The last id handed out (in memory; durable once committed).
     serial: JobId,
+    serial_file: Arc<SerialFile>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -314,18 +401,42 @@ impl Queue {
             }
         }
         check_version(&dir)?;
-        let serial = read_serial(&dir.join(SERIAL_FILE))?;
+        let serial_path = dir.join(SERIAL_FILE);
+        let (serial, serial_bytes) = read_serial(&serial_path)?;
         let (loaded, highest) = scan(&dir)?;
+        // A serial file of the fixed length is written in place from now
+        // on; any other (none yet, or one written by an older luxid or by
+        // Ganeti) is replaced whole by the first commit.
+        let file = if serial_bytes == SERIAL_FILE_BYTES {
+            Some(
+                OpenOptions::new()
+                    .write(true)
+                    .open(&serial_path)
+                    .map_err(StoreError::io(&serial_path))?,
+            )
+        } else {
+            None
+        };
+        let serial_file = Arc::new(SerialFile {
+            path: serial_path,
+            state: Mutex::new(SerialState {
+                file,
+                written: serial,
+            }),
+        });
         let mut queue = Queue {
             serial,
             dir,
             _lock: lock,
+            serial_file,
         };
-        // The serial file is only as new as luxid's last clean stop: the
-        // job files say which ids were handed out since. A damaged job
-        // file counts too (a new job must not replace it), and so does the
-        // archive (a lost or truncated serial must not hand out an
-        // archived job's id again): ids never go backwards.
+        // The serial file is current up to the last commit that returned;
+        // a job file may be newer (a commit cut short after its renames),
+        // or the serial file may be gone or older (removed, or written by
+        // a luxid before D42). A damaged job file counts too (a new job
+        // must not replace it), and so does the archive (a lost serial
+        // must not hand out an archived job's id again): ids never go
+        // backwards.
         let archived = queue.archived_ids().last().copied().unwrap_or(0);
         queue.serial = serial.max(highest).max(archived);
         Ok((queue, loaded))
@@ -346,26 +457,23 @@ impl Queue {
     }
 
     /// Writes the last id handed out to `serial`, durably (at luxid's
-    /// clean stop). It keeps ids from going back when job files are later
-    /// removed by hand; while luxid runs, the job files themselves do
-    /// (D41). Nothing is written before the first id.
+    /// clean stop). Every commit of new jobs already did (D42), so this
+    /// writes only if an id was handed out since the last commit that
+    /// returned (one whose commit failed). Nothing is written before the
+    /// first id.
     pub fn save_serial(&self) -> io::Result<()> {
         if self.serial == 0 {
             return Ok(());
         }
-        atomic_write(
-            &self.dir.join(SERIAL_FILE),
-            format!("{}\n", self.serial).as_bytes(),
-        )
+        self.serial_file.advance(self.serial)
     }
 
     /// Makes new jobs durable together: every job file is written to a
     /// temp file and synced in parallel (the syncs overlap in the device),
-    /// then renamed into place, then the directory is synced once. The
-    /// serial file is not written: a durable job file keeps its id from
-    /// being handed out again (see [`Queue::open`]), and each write of the
-    /// serial would be one more file created and synced on every
-    /// submission's way (D41).
+    /// while the serial file is overwritten in place with the last id
+    /// handed out and synced; then the job files are renamed into place,
+    /// then the directory is synced once. No file is created for the
+    /// serial on a submission's way (D41, D42): it is written in place.
     pub fn commit_new(&self, jobs: &[Job]) -> io::Result<()> {
         self.new_commit(jobs).run()
     }
@@ -380,6 +488,8 @@ impl Queue {
         NewJobsCommit {
             dir: self.dir.clone(),
             files,
+            serial_file: Arc::clone(&self.serial_file),
+            serial: self.serial,
         }
     }
 
@@ -468,13 +578,16 @@ fn check_version(dir: &Path) -> Result<(), StoreError> {
     }
 }
 
-fn read_serial(path: &Path) -> Result<JobId, StoreError> {
+/// The serial file's id and its length in bytes (0 and 0 if there is
+/// none).
+fn read_serial(path: &Path) -> Result<(JobId, usize), StoreError> {
     match fs::read_to_string(path) {
         Ok(text) => text
             .trim()
             .parse()
+            .map(|serial| (serial, text.len()))
             .map_err(|_| StoreError::damaged(path, format!("not a job id: '{}'", text.trim()))),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(0),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok((0, 0)),
         Err(error) => Err(StoreError::io(path)(error)),
     }
 }
@@ -578,8 +691,7 @@ mod tests {
         assert!(loaded.jobs.is_empty());
         let jobs: Vec<Job> = (0..3).map(|_| job(queue.next_id())).collect();
         queue.commit_new(&jobs).unwrap();
-        assert!(!queue.dir().join(SERIAL_FILE).exists());
-        // As if luxid was killed: no serial file, the job files tell.
+        // As if luxid was killed: no clean stop.
         drop(queue);
         let (queue, loaded) = Queue::open(root.path()).unwrap();
         assert_eq!(queue.serial(), 3);
@@ -602,6 +714,92 @@ mod tests {
         }
         let (mut queue, _) = Queue::open(root.path()).unwrap();
         assert_eq!(queue.next_id(), 3);
+    }
+
+    fn serial_on_disk(queue: &Queue) -> String {
+        fs::read_to_string(queue.dir().join(SERIAL_FILE)).unwrap()
+    }
+
+    #[test]
+    fn the_serial_file_names_the_last_id_after_every_commit() {
+        use std::os::unix::fs::MetadataExt;
+        let root = tempfile::tempdir().unwrap();
+        let (mut queue, _) = Queue::open(root.path()).unwrap();
+        let path = queue.dir().join(SERIAL_FILE);
+        assert!(!path.exists(), "no id handed out yet");
+        let first = job(queue.next_id());
+        queue.commit_new(&[first]).unwrap();
+        assert_eq!(serial_on_disk(&queue).trim(), "1");
+        let inode = fs::metadata(&path).unwrap().ino();
+        for expected in 2..=12u64 {
+            let jobs: Vec<Job> = (0..2).map(|_| job(queue.next_id())).collect();
+            queue.commit_new(&jobs).unwrap();
+            let text = serial_on_disk(&queue);
+            assert_eq!(text.trim(), (expected * 2 - 1).to_string(), "{text:?}");
+            // Written in place: the same file, the same length, and as
+            // Ganeti's readers read it (trailing white space stripped).
+            assert_eq!(text.len(), SERIAL_FILE_BYTES, "{text:?}");
+            assert!(text.ends_with('\n') && !text.starts_with(' '), "{text:?}");
+            assert_eq!(fs::metadata(&path).unwrap().ino(), inode);
+        }
+        assert!(!queue.dir().join("serial.tmp").exists());
+        // After a kill (no clean stop) the file tells, job files removed.
+        drop(queue);
+        for entry in fs::read_dir(root.path().join(QUEUE_DIR)).unwrap() {
+            let entry = entry.unwrap();
+            if parse_job_file_name(entry.file_name().to_str().unwrap()).is_some() {
+                fs::remove_file(entry.path()).unwrap();
+            }
+        }
+        let (mut queue, _) = Queue::open(root.path()).unwrap();
+        assert_eq!(queue.next_id(), 24);
+    }
+
+    #[test]
+    fn an_old_serial_file_is_replaced_whole_then_written_in_place() {
+        use std::os::unix::fs::MetadataExt;
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join(QUEUE_DIR);
+        fs::create_dir_all(&dir).unwrap();
+        // As an older luxid or Ganeti writes it.
+        fs::write(dir.join(SERIAL_FILE), b"7\n").unwrap();
+        let (mut queue, _) = Queue::open(root.path()).unwrap();
+        assert_eq!(queue.serial(), 7);
+        let id = queue.next_id();
+        queue.commit_new(&[job(id)]).unwrap();
+        assert_eq!(serial_on_disk(&queue).trim(), "8");
+        assert_eq!(serial_on_disk(&queue).len(), SERIAL_FILE_BYTES);
+        let inode = fs::metadata(dir.join(SERIAL_FILE)).unwrap().ino();
+        drop(queue);
+        let (mut queue, _) = Queue::open(root.path()).unwrap();
+        let id = queue.next_id();
+        assert_eq!(id, 9);
+        queue.commit_new(&[job(id)]).unwrap();
+        assert_eq!(serial_on_disk(&queue).trim(), "9");
+        assert_eq!(fs::metadata(dir.join(SERIAL_FILE)).unwrap().ino(), inode);
+    }
+
+    #[test]
+    fn commits_finishing_out_of_order_never_take_the_serial_back() {
+        let root = tempfile::tempdir().unwrap();
+        let (mut queue, _) = Queue::open(root.path()).unwrap();
+        let first = job(queue.next_id());
+        let early = queue.new_commit(&[first]);
+        let second = job(queue.next_id());
+        let late = queue.new_commit(&[second]);
+        late.run().unwrap();
+        early.run().unwrap();
+        assert_eq!(serial_on_disk(&queue).trim(), "2");
+    }
+
+    #[test]
+    fn every_serial_text_has_the_fixed_length() {
+        for serial in [0, 1, 9, 10, 123_456, u64::MAX] {
+            let text = serial_text(serial);
+            let text = std::str::from_utf8(&text).unwrap();
+            assert_eq!(text.len(), SERIAL_FILE_BYTES);
+            assert_eq!(text.trim_end().parse::<u64>().unwrap(), serial);
+        }
     }
 
     #[test]
@@ -660,6 +858,8 @@ mod tests {
             .map(|entry| entry.unwrap().file_name().into_string().unwrap())
             .collect();
         names.sort();
+        // The serial may name the refused ids (it never goes back).
+        names.retain(|name| name != SERIAL_FILE);
         assert_eq!(names, ["archive", "lock", "version"]);
     }
 

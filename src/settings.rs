@@ -1,4 +1,4 @@
-//! `warden.toml`: the optional settings of the daemons (spec/README.md
+//! `warden.toml`: the optional settings of the daemons (OPERATIONS.md
 //! "Settings").
 //!
 //! Every setting has a default (in [`crate::limits`], with its reason) and an

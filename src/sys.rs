@@ -37,9 +37,9 @@ pub struct PeerCredentials {
 /// (`SO_PEERCRED`).
 ///
 /// Why: the daemons decide on accept who may talk to them (root, their own
-/// uid, members of the socket group; protocol.md "Security"), and an owner
-/// who is not privileged may only act with its own pid. std has no way to
-/// read peer credentials on stable Rust.
+/// uid, members of the socket group; PROTOCOL.md "Credentials
+/// (SO_PEERCRED)"), and an owner who is not privileged may only act with
+/// its own pid. std has no way to read peer credentials on stable Rust.
 ///
 /// The values are the ones at connect time and cannot be forged by the peer.
 /// `gid` is only the primary group: membership of a group through
@@ -64,7 +64,7 @@ pub fn peer_credentials<F: AsFd>(socket: &F) -> io::Result<PeerCredentials> {
 /// kernel always sets close-on-exec on it).
 ///
 /// Why: luxid must learn at once that a runner it started exited, inside its
-/// mio event loop and without a timer (liveness.md "Who probes, when"). A
+/// mio event loop and without a timer (LIVENESS.md "Who probes, when"). A
 /// pidfd becomes readable when its process exits (also while it is a zombie
 /// not yet reaped), so it can be registered with mio like a socket. It also
 /// names one process for good: unlike a pid it is never reused.
@@ -100,7 +100,7 @@ pub fn send_signal(pid: u32, signal: impl Into<Option<Signal>>) -> io::Result<()
 ///
 /// Why: runners start in their own process group, and cancel-with-kill (or
 /// the death of a runner) must kill every process of the job, including the
-/// commands the runner started (liveness.md "Livelock files").
+/// commands the runner started (LIVENESS.md "Livelock files").
 ///
 /// `ESRCH` means no process is left in the group. `pgid` 0 (our own group)
 /// and values beyond `i32::MAX` are refused with `InvalidInput`.
@@ -115,7 +115,7 @@ pub fn send_signal_to_group(pgid: u32, signal: impl Into<Option<Signal>>) -> io:
 ///
 /// Why: Ganeti's own clients hold their livelocks with `fcntl.lockf`, which
 /// a flock probe cannot see; the death probe must see both kinds
-/// (liveness.md "The probe"). std only offers flock.
+/// (LIVENESS.md "The probe"). std only offers flock.
 ///
 /// Only queries, never takes a lock. Limits of `F_GETLK` the caller must know:
 /// - locks held by the calling process itself are never reported;
@@ -147,7 +147,7 @@ pub fn posix_write_lock_holder(file: &File) -> io::Result<Option<i32>> {
 /// Why: every descriptor warden opens is close-on-exec (std's default),
 /// except a job's livelock, which is handed on *on purpose* to the processes
 /// the runner starts so that the job counts as alive while any of them runs
-/// (liveness.md "Livelock files"). std cannot clear the flag.
+/// (LIVENESS.md "Livelock files"). std cannot clear the flag.
 pub fn set_close_on_exec<F: AsFd>(fd: &F, close_on_exec: bool) -> io::Result<()> {
     let current = fcntl(fd, FcntlArg::F_GETFD)?;
     let mut flags = FdFlag::from_bits_retain(current);

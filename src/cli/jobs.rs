@@ -525,7 +525,11 @@ pub fn follow(luxid: &mut Client, output: &Output, id: u64) -> CliResult<Exit> {
         }
     };
     status_line.clear();
-    let job = query_one(luxid, id, &["status", "received_ts", "start_ts", "end_ts"])?;
+    let job = query_one(
+        luxid,
+        id,
+        &["status", "received_ts", "end_ts", "opstatus", "opresult"],
+    )?;
     let took = match (
         job.get("received_ts").and_then(timestamp_secs),
         job.get("end_ts").and_then(timestamp_secs),
@@ -533,23 +537,64 @@ pub fn follow(luxid: &mut Client, output: &Output, id: u64) -> CliResult<Exit> {
         (Some(from), Some(to)) => to - from,
         _ => elapsed(),
     };
+    let failure = if status == "error" {
+        failed_opcode(&job)
+    } else {
+        None
+    };
     if output.json {
-        output.json_value(
-            &json!({"event": "end", "id": id, "status": status, "elapsed_seconds": took}),
-            true,
-        );
+        let mut end = json!({"event": "end", "id": id, "status": status, "elapsed_seconds": took});
+        if let Some((opcode, reason)) = &failure {
+            end["failed_opcode"] = json!(opcode);
+            end["reason"] = json!(reason);
+        }
+        output.json_value(&end, true);
     } else {
         output.line(&format!(
             "job {id} {} after {}",
             output.paint(&status, Style::of_status(&status)),
             duration(took)
         ));
+        if let Some((opcode, reason)) = &failure {
+            output.line(&format!(
+                "{} {reason}",
+                output.paint(&format!("opcode {opcode} failed:"), Some(Style::Dim))
+            ));
+        }
     }
     Ok(if status == "success" {
         Exit::Success
     } else {
         Exit::Unsuccessful
     })
+}
+
+/// The first opcode of a job that ended `error` whose own status is
+/// `error` (the later ones only say "Preceding opcode failed"), numbered
+/// from 1 as `info` shows it, with the reason its result gives.
+fn failed_opcode(job: &Map<String, Value>) -> Option<(usize, String)> {
+    let statuses = job.get("opstatus")?.as_array()?;
+    let index = statuses.iter().position(|status| status == "error")?;
+    let result = job
+        .get("opresult")
+        .and_then(Value::as_array)
+        .and_then(|results| results.get(index))
+        .unwrap_or(&Value::Null);
+    Some((index + 1, failure_reason(result)))
+}
+
+/// The text of a failed opcode's result: Ganeti's encoded error
+/// `[class, [message, ...]]` gives its message; anything else is shown as
+/// it is.
+fn failure_reason(result: &Value) -> String {
+    match result.as_array().map(Vec::as_slice) {
+        Some([Value::String(_), Value::Array(args)]) => match args.first() {
+            Some(Value::String(message)) => message.clone(),
+            _ => compact(result),
+        },
+        Some([Value::String(_), Value::String(message)]) => message.clone(),
+        _ => compact(result),
+    }
 }
 
 fn print_log_entry(output: &Output, entry: &Value) {
@@ -795,6 +840,45 @@ fn summary(value: Option<&Value>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_opcode_gives_its_reason() {
+        let job = |statuses: Value, results: Value| {
+            named_row(&["opstatus", "opresult"], &json!([statuses, results]))
+        };
+        let failed = job(
+            json!(["success", "error", "error"]),
+            json!([
+                null,
+                ["OpExecError", ["cannot start /no/such/program: No such file or directory", {"exit_code": null}]],
+                ["OpExecError", ["Preceding opcode failed"]]
+            ]),
+        );
+        assert_eq!(
+            failed_opcode(&failed),
+            Some((
+                2,
+                "cannot start /no/such/program: No such file or directory".to_owned()
+            ))
+        );
+        let prereq = job(
+            json!(["error"]),
+            json!([[
+                "OpPrereqError",
+                ["Duration must be greater than zero", "wrong_input"]
+            ]]),
+        );
+        assert_eq!(
+            failed_opcode(&prereq),
+            Some((1, "Duration must be greater than zero".to_owned()))
+        );
+        let odd = job(json!(["error"]), json!([{"not": "an error"}]));
+        assert_eq!(
+            failed_opcode(&odd),
+            Some((1, r#"{"not":"an error"}"#.to_owned()))
+        );
+        assert_eq!(failed_opcode(&job(json!(["success"]), json!([null]))), None);
+    }
 
     #[test]
     fn lock_specs_become_lock_entries() {

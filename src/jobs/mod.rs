@@ -1,4 +1,4 @@
-//! Jobs as jobs.md describes them: the model both luxid and the job runner
+//! Jobs as JOBS.md describes them: the model both luxid and the job runner
 //! share. A [`Job`] is exactly what a job file holds; its status, priority
 //! and query fields are computed from its opcodes, never stored twice.
 
@@ -156,7 +156,7 @@ fn summary_value(value: &Value) -> String {
     }
 }
 
-/// A job file, field for field (jobs.md "Queue on disk").
+/// A job file, field for field (JOBS.md "Queue on disk").
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Job {
     pub id: JobId,
@@ -171,7 +171,7 @@ pub struct Job {
 }
 
 impl Job {
-    /// The job's status from its opcodes (jobs.md "Model"): the first
+    /// The job's status from its opcodes (JOBS.md "Model"): the first
     /// `error`, `canceling` or `canceled` opcode decides; `waiting` or
     /// `running` opcodes are candidates (the last seen wins); all `success`
     /// gives `success`; otherwise the candidate, else `queued`.

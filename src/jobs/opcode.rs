@@ -1,4 +1,4 @@
-//! Opcodes: checking a submitted opcode (jobs.md "Opcodes"), the locks it
+//! Opcodes: checking a submitted opcode (PROTOCOL.md "5. Opcodes"), the locks it
 //! takes, and the fields luxid adds at submit (reason, absolute
 //! dependencies).
 //!
@@ -420,11 +420,12 @@ fn parse_exec(fields: &Fields<'_>) -> Result<Exec, OpcodeError> {
 
 impl Opcode {
     /// The opcode's own locks (the runner adds `cluster/BGL` shared):
-    /// `node/<name>` exclusive for each of `on_nodes` unless `no_locks`;
-    /// `OP_EXEC`'s `locks`.
+    /// `node/<name>` exclusive for each of `on_nodes`, whatever `no_locks`
+    /// says (Ganeti 3.0's `LUTestDelay.ExpandNames` reads `no_locks` and
+    /// then overwrites its lock list with the nodes, so its delays on a
+    /// node are serialised either way); `OP_EXEC`'s `locks`.
     pub fn locks(&self) -> Vec<(LockName, Mode)> {
         match &self.kind {
-            OpKind::TestDelay(delay) if delay.no_locks => Vec::new(),
             OpKind::TestDelay(delay) => {
                 let mut locks: Vec<(LockName, Mode)> = Vec::new();
                 for name in &delay.on_nodes {
@@ -590,20 +591,25 @@ mod tests {
     }
 
     #[test]
-    fn test_delay_locks_its_nodes_unless_no_locks() {
-        let input =
+    fn test_delay_locks_its_nodes_whatever_no_locks_says() {
+        let expected = vec![
+            (LockName::parse("node/n1").unwrap(), Mode::Exclusive),
+            (LockName::parse("node/n2").unwrap(), Mode::Exclusive),
+        ];
+        let mut input =
             json!({"OP_ID": "OP_TEST_DELAY", "duration": 1, "on_nodes": ["n1", "n2", "n1"]});
-        assert!(parse(&input).unwrap().locks().is_empty());
-        let mut input = input;
-        input["no_locks"] = json!(false);
-        let locks = parse(&input).unwrap().locks();
-        assert_eq!(
-            locks,
-            vec![
-                (LockName::parse("node/n1").unwrap(), Mode::Exclusive),
-                (LockName::parse("node/n2").unwrap(), Mode::Exclusive),
-            ]
-        );
+        // Absent (Ganeti's default, true), true, false: the same locks.
+        assert_eq!(parse(&input).unwrap().locks(), expected);
+        for no_locks in [true, false] {
+            input["no_locks"] = json!(no_locks);
+            assert_eq!(
+                parse(&input).unwrap().locks(),
+                expected,
+                "no_locks {no_locks}"
+            );
+        }
+        let without_nodes = json!({"OP_ID": "OP_TEST_DELAY", "duration": 1, "no_locks": false});
+        assert!(parse(&without_nodes).unwrap().locks().is_empty());
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The lock core of wconfd: a pure state machine (no I/O, no clock, no
-//! threads) implementing locks.md.
+//! threads) implementing LOCKS.md.
 //!
 //! - [`name`]: lock names, levels, the lock order and group membership.
 //! - [`owner`]: owners, modes, request entries, priorities.

@@ -1,5 +1,5 @@
-//! Lock names, levels and the lock order (locks.md, "Lock names, levels,
-//! order, groups").
+//! Lock names, levels and the lock order (LOCKS.md, "Lock names, levels
+//! and the lock order").
 
 use std::fmt;
 use std::sync::Arc;
@@ -62,7 +62,7 @@ impl fmt::Display for Level {
 pub type MemberName = Arc<str>;
 
 /// A lock. The derived order of the variants *is* the lock order of
-/// locks.md; members of one level sort by name, byte-wise.
+/// LOCKS.md; members of one level sort by name, byte-wise.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum LockName {
     /// `cluster/[lockset]`

@@ -1,4 +1,4 @@
-//! Lock owners, modes and request entries (locks.md, "Lock owners").
+//! Lock owners, modes and request entries (LOCKS.md, "Lock owners").
 
 use std::fmt;
 
@@ -14,7 +14,8 @@ pub enum Ident {
 
 /// A lock owner, Ganeti's `ClientId`: `[ident, livelock_path, pid]` on the
 /// wire. Two owners are the same only if all three fields are equal; the
-/// derived order (ident, livelock, pid) is the owner order of locks.md.
+/// derived order (ident, livelock, pid) is the owner order of LOCKS.md
+/// "Lock owners".
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Owner {
     pub ident: Ident,

@@ -1,4 +1,4 @@
-//! The worked examples of locks.md ("Worked examples", 1 to 11), the
+//! The worked examples of LOCKS.md ("Worked examples", 1 to 11), the
 //! consequences it names, and the other operations, as unit tests of
 //! [`LockManager`].
 //!

@@ -1,4 +1,4 @@
-//! luxid, the job queue daemon (jobs.md): start-up (settings, the queue
+//! luxid, the job queue daemon (JOBS.md): start-up (settings, the queue
 //! and its lock, recovery of jobs whose runner died while luxid was down,
 //! the socket) and the event loop of [`server`].
 //!
@@ -8,6 +8,7 @@
 
 pub mod core;
 mod server;
+mod wconfd_link;
 
 use std::io;
 use std::path::{Path, PathBuf};

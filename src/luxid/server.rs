@@ -34,7 +34,7 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use nix::sys::signal::Signal;
-use serde_json::{Value, json};
+use serde_json::Value;
 use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR2};
 use signal_hook_mio::v1_0::Signals;
 
@@ -44,13 +44,14 @@ use super::core::{
 };
 mod wire;
 
+use super::wconfd_link::WconfdLink;
 use super::{DaemonError, io_error};
-use crate::client::{Client as WconfdClient, ClientError, Daemon};
 use crate::connection::{self, Connections, Handler, Peer, Reply};
 use crate::daemon::{self, Admission};
 use crate::jobs::runner_contract::{Start, WAIT_FOR_COMMIT_FLAG, exit_cause};
 use crate::jobs::{Job, JobId};
 use crate::liveness::{self, Livelock};
+use crate::locks::Owner;
 use crate::paths::LIVELOCK_DIR;
 use crate::protocol::luxi::LuxiRequest;
 use crate::protocol::{WireError, parse_request};
@@ -60,7 +61,8 @@ use crate::sys;
 
 const SIGNALS: Token = Token(1);
 const INOTIFY: Token = Token(2);
-const FIRST_DYNAMIC_TOKEN: usize = 3;
+const WCONFD: Token = Token(3);
+const FIRST_DYNAMIC_TOKEN: usize = 4;
 
 /// The signals luxid sends a runner that the runner handles (cancel,
 /// priority request) or must survive (wconfd's SIGHUP); blocked while it
@@ -97,8 +99,8 @@ struct Shell {
     runner_path: PathBuf,
     queue: Queue,
     _livelock: Livelock,
-    /// The connection to wconfd, made again after a failure.
-    wconfd: Option<WconfdClient>,
+    /// luxid's calls to wconfd, never waited for.
+    wconfd: WconfdLink,
     /// Runner processes by pidfd token, with their job.
     processes: HashMap<Token, (JobId, Process)>,
     livelock_watches: HashMap<WatchDescriptor, JobId>,
@@ -160,6 +162,14 @@ impl Server {
             .registry()
             .try_clone()
             .map_err(io_error("cannot register", Path::new("pidfds")))?;
+        let wconfd_socket = root.join(crate::paths::WCONFD_SOCKET_PATH);
+        let wconfd = WconfdLink::new(
+            wconfd_socket.clone(),
+            poll.registry(),
+            WCONFD,
+            settings.luxid.frame_bytes_max,
+        )
+        .map_err(io_error("cannot register", &wconfd_socket))?;
         let livelock_dir = root.join(LIVELOCK_DIR);
         let config = Config {
             max_running_jobs: settings.luxid.max_running_jobs,
@@ -178,7 +188,7 @@ impl Server {
             runner_path,
             queue,
             _livelock: livelock,
-            wconfd: None,
+            wconfd,
             processes: HashMap::new(),
             livelock_watches: HashMap::new(),
             watch_of: HashMap::new(),
@@ -241,6 +251,7 @@ impl Server {
                     }
                     SIGNALS => self.handle_signals(),
                     INOTIFY => self.shell.inotify_events(),
+                    WCONFD => self.shell.wconfd.event(Instant::now()),
                     token if self.shell.processes.contains_key(&token) => {
                         self.shell.runner_exited(token)
                     }
@@ -254,6 +265,7 @@ impl Server {
                 }
             }
             self.connections.read_ready(&mut self.shell);
+            self.shell.wconfd.tick(Instant::now());
             self.finish_turn();
         }
         self.connections.remove_socket();
@@ -272,6 +284,7 @@ impl Server {
         let wake = [
             self.connections.next_deadline(),
             self.shell.core.next_wakeup(),
+            self.shell.wconfd.next_wakeup(),
         ]
         .into_iter()
         .flatten()
@@ -377,6 +390,7 @@ impl Server {
         }
         tracing::info!(
             watchers = core.watcher_count(),
+            wconfd_calls_waiting = self.shell.wconfd.waiting(),
             threads =
                 "one event loop thread (rayon's pool only during start-up scans and group commits)",
             "dump: watchers and threads"
@@ -454,6 +468,17 @@ impl Shell {
                     if let Input::Committed { result, .. } = &input {
                         outcome.committed = Some(result.clone());
                     }
+                    more(self.core.handle(input, Instant::now()));
+                }
+                Effect::ReadJobStatus { ticket, id } => {
+                    let status = match self.queue.read_job(id) {
+                        Ok(job) => job.map(|job| job.status()),
+                        Err(error) => {
+                            tracing::error!(job = id, %error, "cannot read a job file");
+                            None
+                        }
+                    };
+                    let input = Input::JobStatusRead { ticket, status };
                     more(self.core.handle(input, Instant::now()));
                 }
                 Effect::Spawn { id } => self.spawns.push(id),
@@ -822,39 +847,10 @@ impl Shell {
     /// (its programs hold it until killed), so this makes it immediate. A
     /// failure is logged: wconfd's periodic probe still frees them.
     fn free_locks(&mut self, dead: &DeadOwner) {
-        let owner = json!([dead.id, dead.livelock, dead.pid]);
-        // A kept connection may be stale (wconfd restarted): one retry on
-        // a fresh one.
-        for _attempt in 0..2 {
-            let mut client = match self.wconfd.take() {
-                Some(client) => client,
-                None => {
-                    match WconfdClient::connect(
-                        &self.root,
-                        Daemon::Wconfd,
-                        self.settings.luxid.frame_bytes_max,
-                    ) {
-                        Ok(client) => client,
-                        Err(error) => {
-                            tracing::warn!(job = dead.id, %error, "cannot ask wconfd to free a dead job's locks");
-                            return;
-                        }
-                    }
-                }
-            };
-            match client.call("freeLocks", json!([owner])) {
-                Ok(_) => {
-                    self.wconfd = Some(client);
-                    return;
-                }
-                Err(ClientError::Io { .. }) => continue,
-                Err(error) => {
-                    tracing::warn!(job = dead.id, %error, "wconfd refused to free a dead job's locks");
-                    self.wconfd = Some(client);
-                    return;
-                }
-            }
-        }
+        self.wconfd.free_locks(
+            Owner::job(dead.id, dead.livelock.clone(), dead.pid),
+            Instant::now(),
+        );
     }
 
     fn new_token(&mut self) -> Token {

@@ -1,6 +1,6 @@
-//! Framing of protocol.md: one UTF-8 JSON document, optional whitespace,
-//! then the byte 0x03 (ETX). No length prefix, so the reader scans for ETX
-//! and refuses to buffer more than the frame limit.
+//! Framing (PROTOCOL.md "Framing"): one UTF-8 JSON document, optional
+//! whitespace, then the byte 0x03 (ETX). No length prefix, so the reader
+//! scans for ETX and refuses to buffer more than the frame limit.
 
 use crate::limits::CONNECTION_BUFFER_RETAINED_BYTES_MAX;
 

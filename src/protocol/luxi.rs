@@ -1,5 +1,5 @@
-//! luxid's LUXI methods (jobs.md), decoded from the wire into typed
-//! requests, and encoded again as a client sends them.
+//! luxid's LUXI methods (PROTOCOL.md "4. luxid methods"), decoded from the
+//! wire into typed requests, and encoded again as a client sends them.
 //!
 //! What a request can be checked for without the queue is checked here:
 //! the argument count and shapes, job ids, field names (against

@@ -1,7 +1,7 @@
-//! The wire protocol shared by wconfd and luxid (protocol.md): framing,
-//! the request and response envelopes, and each daemon's methods decoded
-//! into typed requests. Only this module and `store` know JSON; the cores
-//! see typed values.
+//! The wire protocol shared by wconfd and luxid (PROTOCOL.md
+//! "1. Transport"): framing, the request and response envelopes, and each
+//! daemon's methods decoded into typed requests. Only this module and
+//! `store` know JSON; the cores see typed values.
 
 #[cfg(test)]
 pub mod arbitrary;
@@ -21,6 +21,15 @@ pub use frame::{ETX, FrameError, FrameReader};
 pub struct Request {
     pub method: String,
     pub args: Vec<Value>,
+}
+
+impl Request {
+    /// Appends the request as a client sends it: its JSON and the ETX.
+    pub fn write_frame(&self, out: &mut Vec<u8>) {
+        let document = json!({"method": self.method, "args": self.args});
+        serde_json::to_writer(&mut *out, &document).expect("writing JSON to a Vec cannot fail");
+        out.push(ETX);
+    }
 }
 
 /// A failure response: a class clients branch on (Ganeti's exception

@@ -1,5 +1,6 @@
-//! wconfd's methods (locks.md), decoded from the wire into typed requests,
-//! and the JSON forms of owners, locks and listings.
+//! wconfd's methods (PROTOCOL.md "3. wconfd methods"), decoded from the
+//! wire into typed requests, and the JSON forms of owners, locks and
+//! listings.
 
 use serde_json::{Value, json};
 

@@ -1,7 +1,7 @@
-//! `OP_TEST_DELAY` (Ganeti's `LUTestDelay`; jobs.md "Opcodes"): sleeps in
-//! the runner (there is no node daemon), `repeat` times with a log line
-//! each, and, if `interruptible`, ends early when a byte is written to a
-//! Unix socket whose path it logs as a `delay-test` entry.
+//! `OP_TEST_DELAY` (Ganeti's `LUTestDelay`; PROTOCOL.md "OP_TEST_DELAY"):
+//! sleeps in the runner (there is no node daemon), `repeat` times with a
+//! log line each, and, if `interruptible`, ends early when a byte is
+//! written to a Unix socket whose path it logs as a `delay-test` entry.
 
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};

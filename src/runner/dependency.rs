@@ -1,4 +1,4 @@
-//! Judging an opcode's dependencies (jobs.md "Scheduling"): luxid starts a
+//! Judging an opcode's dependencies (JOBS.md "Scheduling"): luxid starts a
 //! job only once every job it depends on is final; the runner then checks,
 //! opcode by opcode, that each ended with an accepted status. Pure: the
 //! statuses are looked up by the caller. Messages follow Ganeti's.

@@ -1,5 +1,5 @@
 //! `OP_EXEC` *(extension)*: runs a program while the job holds its locks
-//! (jobs.md "Opcodes").
+//! (PROTOCOL.md "OP_EXEC").
 //!
 //! The program is started with a plain spawn (no shell, and no `pre_exec`
 //! hook, which would force std to fork instead of `posix_spawn`), in the

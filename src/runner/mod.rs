@@ -1,4 +1,4 @@
-//! The job runner (jobs.md "Runner lifecycle", liveness.md): one process
+//! The job runner (JOBS.md "Runner lifecycle", LIVENESS.md): one process
 //! per job, started by luxid with the job's id. It proves it is alive with
 //! its livelock, takes each opcode's locks from wconfd, runs the opcodes in
 //! order, and records every step in the job's file, which it alone writes
@@ -11,8 +11,8 @@
 //!    died first) it leaves the job alone and exits.
 //! 1. SIGTERM is caught (a cancel request), then the livelock
 //!    `<root>/livelocks/job_<id:06>_<secs>` is created and locked, before
-//!    anything else (liveness.md); its descriptor is handed on to the
-//!    programs the runner starts.
+//!    anything else (LIVENESS.md "Livelock files"); its descriptor is
+//!    handed on to the programs the runner starts.
 //! 2. The job file is read. A final job is left alone. Otherwise its
 //!    `livelock`, `process_id` and `start_timestamp` are recorded (with the
 //!    first opcode's `waiting`, in one write).
@@ -36,7 +36,10 @@
 //!   request is dropped and it and every later opcode become `canceling`,
 //!   then `canceled`. A running opcode is never interrupted: the cancel
 //!   takes effect when the next opcode would start (Ganeti's rule, and the
-//!   one luxid's `CancelJob` answer promises).
+//!   one luxid's `CancelJob` answer promises). The last moment a cancel
+//!   still stops an opcode is just after its `running` is on disk, before
+//!   its work starts: luxid promises a cancel only if the job file it reads
+//!   after sending SIGTERM shows no opcode running.
 //!
 //! One thread, one mio [`Poll`]: the SIGTERM pipe, the wconfd socket, a
 //! program's pipes and exit (pidfd), a delay's socket. No async runtime.
@@ -604,6 +607,17 @@ impl Runner {
             op.exec_timestamp = Some(Timestamp::now());
         }
         self.context.publish()?;
+        // luxid answers a cancel from the job file as it reads it after
+        // its SIGTERM was sent: a SIGTERM that came before `running` was
+        // on disk got "will be canceled", and the opcode has not started
+        // its work yet, so it still counts (one that comes later was told
+        // "no longer waiting"; its opcode runs).
+        self.context.check_signals();
+        if self.context.cancel_requested {
+            self.context.job.ops[index].exec_timestamp = None;
+            self.cancel_from(index, CANCELED_RESULT, true)?;
+            return Ok(false);
+        }
         let result = self.execute(index, &parsed)?;
         let succeeded = result.is_ok();
         {

@@ -1,7 +1,8 @@
 //! `config.data`: the cluster configuration wconfd keeps for its clients
-//! (locks.md, "Config lock and configuration"). wconfd understands only
-//! `serial_no` and `mtime`; everything else is kept exactly as written, in
-//! its order, so an existing Ganeti `config.data` loads and round-trips.
+//! (LOCKS.md, "The config lock and the configuration"). wconfd understands
+//! only `serial_no` and `mtime`; everything else is kept exactly as
+//! written, in its order, so an existing Ganeti `config.data` loads and
+//! round-trips.
 
 use std::fs;
 use std::io;

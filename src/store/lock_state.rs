@@ -674,7 +674,8 @@ fn decode_snapshot(bytes: &[u8]) -> Result<(SavedState, u64), String> {
 
 /// A journal record's JSON object, written straight from the operation:
 /// `op` (the RPC's name), `owner` and the operation's arguments, in the
-/// wire forms of protocol.md (`decode_record` reads it back).
+/// wire forms of PROTOCOL.md "2. Values on the wire" (`decode_record` reads
+/// it back).
 struct RecordJson<'a>(&'a LockOp);
 
 impl Serialize for RecordJson<'_> {

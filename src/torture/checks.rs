@@ -9,6 +9,9 @@
 //! - the configuration is the config client's last acknowledged write or
 //!   a later one whose answer was lost (see [`super::config_client`]).
 //!
+//! After each kill of luxid: `queue/serial` names at least every id luxid
+//! acknowledged (it is written with each commit, before the replies).
+//!
 //! After each start of luxid: every acknowledged job exists; a job that is
 //! `waiting`, `running` or `canceling` has a live runner (its livelock is
 //! held), or becomes final promptly.
@@ -123,6 +126,7 @@ pub fn chaos_step(rng: &mut Rng, shared: &Shared, daemons: &mut Daemons) {
         15..=29 => {
             daemons.luxid.kill9();
             shared.figures.luxid_kills.fetch_add(1, Ordering::Relaxed);
+            check_serial_file(shared);
             std::thread::sleep(downtime);
             if daemons.start_luxid(shared).is_ok() {
                 after_luxid_start(shared);
@@ -131,6 +135,7 @@ pub fn chaos_step(rng: &mut Rng, shared: &Shared, daemons: &mut Daemons) {
         30..=34 => {
             // Both, wconfd first; luxid needs wconfd to start.
             daemons.luxid.kill9();
+            check_serial_file(shared);
             daemons.wconfd.kill9();
             shared.figures.luxid_kills.fetch_add(1, Ordering::Relaxed);
             shared.figures.wconfd_kills.fetch_add(1, Ordering::Relaxed);
@@ -336,6 +341,39 @@ fn check_table(shared: &Shared, table: &Value) {
     }
 }
 
+/// After a kill of luxid: the serial file names at least the highest id
+/// acknowledged. Every id a client recorded was answered before the kill,
+/// and luxid answers a submission only once the commit that wrote the
+/// serial returned; a client that has not yet recorded its last answer
+/// only lowers the bound.
+fn check_serial_file(shared: &Shared) {
+    let high = shared.serials().high();
+    if high == 0 {
+        return;
+    }
+    let path = shared
+        .root
+        .join(crate::paths::QUEUE_DIR)
+        .join(crate::paths::SERIAL_FILE);
+    match fs::read_to_string(&path) {
+        Ok(text) => match text.trim_end().parse::<u64>() {
+            Ok(serial) if serial >= high => {}
+            Ok(serial) => shared.violation(format!(
+                "{} names {serial} after a kill of luxid, yet job {high} was acknowledged",
+                path.display()
+            )),
+            Err(_) => shared.violation(format!(
+                "{} is not a job id after a kill of luxid: {text:?}",
+                path.display()
+            )),
+        },
+        Err(error) => shared.violation(format!(
+            "cannot read {} after a kill of luxid (job {high} was acknowledged): {error}",
+            path.display()
+        )),
+    }
+}
+
 /// The checks after a start of luxid.
 pub fn after_luxid_start(shared: &Shared) {
     shared
@@ -424,7 +462,8 @@ fn opcode_locks(op: &Value) -> Vec<(String, Mode)> {
                 (entry[0].as_str().unwrap_or_default().to_owned(), mode)
             })
             .collect(),
-        Some("OP_TEST_DELAY") if op["no_locks"] == false => op["on_nodes"]
+        // Whatever `no_locks` says, as in Ganeti 3.0.
+        Some("OP_TEST_DELAY") => op["on_nodes"]
             .as_array()
             .into_iter()
             .flatten()

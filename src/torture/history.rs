@@ -49,7 +49,7 @@ fn group_of(lock: &str) -> Option<String> {
     Some(format!("{level}/[lockset]"))
 }
 
-/// Whether two holdings by different owners may not coexist (locks.md
+/// Whether two holdings by different owners may not coexist (LOCKS.md
 /// "Conflicts").
 pub fn conflicting(a: &Interval, b: &Interval) -> bool {
     if a.owner == b.owner {

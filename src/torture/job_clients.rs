@@ -437,7 +437,8 @@ fn opcode(rng: &mut Rng) -> Value {
                     "locks": [[format!("node/{node}"), "exclusive"]]}),
         2 => json!({"OP_ID": "OP_EXEC", "argv": ["/bin/true"],
                     "locks": [[format!("node/{node}"), "shared"]]}),
-        // `no_locks` defaults to true, as in Ganeti.
+        // `on_nodes` locks the node whatever `no_locks` says (Ganeti
+        // 3.0); `false` is what Ganeti's own tests send.
         3 => json!({"OP_ID": "OP_TEST_DELAY", "duration": 0.01 * rng.between(1, 4) as f64,
                     "on_nodes": [node], "no_locks": false}),
         _ => json!({"OP_ID": "OP_TEST_DELAY", "duration": 0.005}),

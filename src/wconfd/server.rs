@@ -47,10 +47,6 @@ use crate::sys;
 const SIGNALS: Token = Token(1);
 const FIRST_DYNAMIC_TOKEN: usize = 2;
 
-/// Longest `awaitLocks` timeout: an hour; a runner that waits longer asks
-/// again.
-pub const AWAIT_TIMEOUT_MS_MAX: u64 = 3_600_000;
-
 struct Await {
     token: Token,
     request: Vec<Entry>,
@@ -126,7 +122,7 @@ impl Server {
         };
         let limits = DecodeLimits {
             request_entries_max: settings.wconfd.request_entries_max,
-            await_timeout_ms_max: AWAIT_TIMEOUT_MS_MAX,
+            await_timeout_ms_max: crate::limits::AWAIT_TIMEOUT_MS_MAX,
         };
         let next_death_check = Instant::now() + settings.wconfd.death_check_interval();
         let connections = Connections::new(

@@ -10,9 +10,9 @@ sees the helper's locks freed by wconfd's death detection alone; its own
 waiting request is granted and announced by SIGHUP.
 
 With the argument `livelock-removed` after ROOT it also checks what Ganeti's
-WConfD does (DeathDetection.cleanupLocksTask) and locks.md asks ("the dead
-livelock file is removed"): once cleanupLocks has run, the dead helper's
-livelock file is gone.
+WConfD does (DeathDetection.cleanupLocksTask) and warden keeps
+(design/LOCKS.md, "Death of an owner": the dead livelock file is removed):
+once cleanupLocks has run, the dead helper's livelock file is gone.
 """
 
 import json

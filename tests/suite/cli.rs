@@ -429,7 +429,7 @@ fn job_commands_print_stable_json() {
     assert_eq!(cluster.wait_final(held), "canceled");
     let killed = json_of(&root, &["cancel", "--kill", &blocker.to_string()]);
     assert_eq!(killed["canceled"], json!(true), "{killed}");
-    // jobs.md: a killed job ends `error` ("detected death of job N").
+    // LIVENESS.md "Who probes, when": a killed job ends `error` ("detected death of job N").
     assert_eq!(cluster.wait_final(blocker), "error");
 
     let archived = json_of(&root, &["archive", &ok.to_string()]);
@@ -680,4 +680,83 @@ fn completions_are_printed_for_the_common_shells() {
         let output = expect(Path::new("/nonexistent"), &["completions", shell], SUCCESS);
         assert!(stdout(&output).contains("warden"), "{shell}");
     }
+}
+
+#[test]
+fn a_watch_that_ends_in_error_prints_the_reason_last() {
+    // Found from outside: `exec --watch` of a missing program printed
+    // `status error` and the time, and the reason only `info` showed.
+    let cluster = Cluster::start();
+    let root = cluster_root(&cluster);
+    let reason = "cannot start /no/such/program: No such file or directory";
+    let watched = expect(
+        &root,
+        &["exec", "--watch", "--", "/no/such/program"],
+        UNSUCCESSFUL,
+    );
+    let text = stdout(&watched);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines
+            .iter()
+            .rev()
+            .nth(1)
+            .is_some_and(|line| line.contains(" error after ")),
+        "{text}"
+    );
+    assert!(
+        lines
+            .last()
+            .is_some_and(|line| line.starts_with(&format!("opcode 1 failed: {reason}"))),
+        "{text}"
+    );
+
+    // A later opcode fails: its number and its reason, not the "Preceding
+    // opcode failed" of the ones after it.
+    let file = root.join("two-steps.json");
+    fs::write(
+        &file,
+        r#"[{"OP_ID": "OP_EXEC", "argv": ["/bin/true"]},
+            {"OP_ID": "OP_EXEC", "argv": ["/bin/sh", "-c", "exit 3"]},
+            {"OP_ID": "OP_EXEC", "argv": ["/bin/true"]}]"#,
+    )
+    .expect("write the job file");
+    let submitted = json_of(&root, &["submit", file.to_str().expect("a UTF-8 path")]);
+    let id = submitted["jobs"][0].as_u64().expect("a job id");
+    let watched = expect(&root, &["--json", "watch", &id.to_string()], UNSUCCESSFUL);
+    let events: Vec<Value> = stdout(&watched)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON event per line"))
+        .collect();
+    let end = events.last().expect("an end event");
+    assert_eq!(end["event"], "end", "{end}");
+    assert_eq!(end["status"], "error", "{end}");
+    assert_eq!(end["failed_opcode"], 2, "{end}");
+    assert_eq!(end["reason"], "/bin/sh exited with code 3", "{end}");
+
+    let watched = expect(
+        &root,
+        &["--json", "exec", "--watch", "--", "/no/such/program"],
+        UNSUCCESSFUL,
+    );
+    let text = stdout(&watched);
+    let end: Value = serde_json::from_str(text.lines().last().expect("an end event"))
+        .expect("one JSON event per line");
+    assert_eq!(end["failed_opcode"], 1, "{end}");
+    assert!(
+        end["reason"]
+            .as_str()
+            .is_some_and(|text| text.starts_with(reason)),
+        "{end}"
+    );
+
+    // A job that succeeds has neither.
+    let watched = expect(&root, &["--json", "exec", "--watch", "--", "true"], SUCCESS);
+    let end: Value =
+        serde_json::from_str(stdout(&watched).lines().last().expect("an end")).expect("JSON");
+    assert_eq!(end["status"], "success", "{end}");
+    assert!(
+        end.get("reason").is_none() && end.get("failed_opcode").is_none(),
+        "{end}"
+    );
 }

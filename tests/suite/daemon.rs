@@ -26,7 +26,7 @@ use tempfile::TempDir;
 /// reply to arrive.
 pub const DEADLINE: Duration = Duration::from_secs(10);
 
-/// The frame terminator of protocol.md.
+/// The frame terminator of PROTOCOL.md "Framing".
 pub const ETX: u8 = 0x03;
 
 /// Polls `condition` until it holds; fails the test after `within`.
@@ -370,7 +370,7 @@ pub fn wait_for_exit(child: &mut Child, within: Duration) -> ExitStatus {
 /// A failed call: the error class and its arguments.
 pub type Failure = (String, Value);
 
-/// One connection to wconfd, speaking protocol.md's framing.
+/// One connection to wconfd, speaking the framing of PROTOCOL.md "Framing".
 pub struct Client {
     stream: UnixStream,
     /// Bytes received after the last frame returned.

@@ -5,7 +5,7 @@
 //!
 //! - `the_real_manager_agrees_with_the_reference`: the differential test
 //!   against [`Reference`] after every operation.
-//! - One proptest per property of locks.md, "Properties every
+//! - One proptest per property of LOCKS.md, "Properties every
 //!   implementation must keep", each named after it. Most check every step
 //!   of a random sequence (`drive`); the waiting-progress ones build Ganeti's
 //!   `forAllBlocked` situation (a state, an owner, and a waiting request of

@@ -1,4 +1,4 @@
-//! luxid with real job runners and a real wconfd, over LUXI (jobs.md):
+//! luxid with real job runners and a real wconfd, over LUXI (PROTOCOL.md "4. luxid methods", JOBS.md):
 //! submission, queries, long polls, cancel, archive, priorities,
 //! dependencies, lock contention, and the deaths of runners and of luxid.
 //!
@@ -20,7 +20,7 @@ use crate::daemon::{
     wait_until,
 };
 
-/// liveness.md: a runner killed with SIGKILL has its job marked `error` and
+/// LIVENESS.md "Targets": a runner killed with SIGKILL has its job marked `error` and
 /// its locks free within this (the test also counts its own polling).
 const DEATH_TO_FREE_MAX: Duration = Duration::from_millis(50);
 
@@ -533,7 +533,7 @@ fn a_killed_runner_fails_its_job_and_frees_its_locks() {
         .as_u64()
         .expect("the runner recorded its pid") as i32;
     let mut wconfd = cluster.wconfd_client();
-    // jobs.md's bound; measured with nothing else of the suite running.
+    // LIVENESS.md "Targets" (50 ms); measured with nothing else of the suite running.
     let _timing = timing_guard();
     let killed = Instant::now();
     kill(Pid::from_raw(runner), Signal::SIGKILL).unwrap();
@@ -609,6 +609,61 @@ fn a_runner_that_died_while_luxid_was_down_is_error_before_luxid_serves() {
     });
     cluster.luxid = Luxid::start_on(cluster.root());
     assert_eq!(cluster.status(id), "error", "{}", cluster.logs());
+}
+
+/// luxid never waits on wconfd: with wconfd paused (a stopped or
+/// overloaded daemon), the death of a runner holding a lock is noticed and
+/// its job marked, and every client is answered at once meanwhile; once
+/// wconfd is back, luxid's call frees the job's locks.
+#[test]
+fn a_paused_wconfd_does_not_hold_up_luxid() {
+    let cluster = Cluster::start();
+    let id = cluster.submit(json!([{
+        "OP_ID": "OP_EXEC",
+        "argv": ["/bin/sleep", "300"],
+        "locks": [["node/paused", "exclusive"]],
+    }]));
+    wait_until("the job runs", DEADLINE, || cluster.status(id) == "running");
+    let job: Value = serde_json::from_slice(
+        &fs::read(cluster.root().path().join(format!("queue/job-{id}"))).unwrap(),
+    )
+    .unwrap();
+    let runner = job["process_id"].as_u64().unwrap() as i32;
+    cluster.wconfd.pause();
+    kill(Pid::from_raw(runner), Signal::SIGKILL).expect("kill the runner");
+    let answered_within = Duration::from_secs(1);
+    let answered = |what: &str| {
+        let asked = Instant::now();
+        let status = cluster.status(id);
+        assert!(
+            asked.elapsed() < answered_within,
+            "{what}: luxid took {:?} to answer\n{}",
+            asked.elapsed(),
+            cluster.logs()
+        );
+        status
+    };
+    wait_until("luxid marks the job dead", DEADLINE, || {
+        answered("while the job dies") == "error"
+    });
+    // Past the moment luxid asked wconfd to free the locks.
+    for _ in 0..20 {
+        answered("after the job died");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cluster.wconfd.resume();
+    wait_until("luxid's call frees the locks", DEADLINE, || {
+        cluster
+            .luxid
+            .log()
+            .contains("wconfd freed a dead job's locks")
+    });
+    let locks = cluster.wconfd_client().ok("listAllLocksOwners", json!([]));
+    assert!(
+        !locks.to_string().contains("node/paused"),
+        "{locks}\n{}",
+        cluster.logs()
+    );
 }
 
 #[test]
@@ -822,32 +877,47 @@ fn pipelined_replies_leave_in_request_order() {
 
 #[test]
 fn cancel_right_after_submit_cancels_and_never_kills() {
+    // A cancel answered "will be canceled" must cancel. It once did not:
+    // luxid answered from its copy of the job, which lags the runner's
+    // writes, so a runner that had just written `running` ran its opcode
+    // to `success` (one run in four under load). The pauses between the
+    // submit and the cancel sweep the runner's way from its start to its
+    // opcode's work.
     let cluster = Cluster::start();
     let mut client = cluster.client();
-    for _ in 0..10 {
-        let id = client
-            .ok("SubmitJob", json!([[delay(2.0)]]))
-            .as_u64()
-            .unwrap();
-        let reply = client.ok("CancelJob", json!([id]));
+    let mut answered = Vec::new();
+    for step in 0..17u64 {
+        for _ in 0..8 {
+            let id = client
+                .ok("SubmitJob", json!([[delay(0.3)]]))
+                .as_u64()
+                .unwrap();
+            std::thread::sleep(Duration::from_micros(250 * step));
+            answered.push((id, client.ok("CancelJob", json!([id]))));
+        }
+    }
+    for (id, reply) in answered {
+        let status = cluster.wait_final(id);
         if reply[0] == json!(true) {
-            assert_eq!(cluster.wait_final(id), "canceled", "{}", cluster.logs());
+            // "Job N will be canceled", or "Dequeued job N" if it had
+            // not started.
+            assert_eq!(status, "canceled", "job {id}, answered {reply}");
         } else {
-            // On a busy machine the runner may reach its opcode before the
-            // cancel arrives: jobs.md leaves a running opcode alone (the
-            // runner, informed, cancels at the next opcode boundary), so the
-            // job ends `success` or `canceled`, never killed (`error`).
+            // The runner reached its opcode's work before the cancel:
+            // PROTOCOL.md "CancelJob" leaves a running opcode alone (the runner, informed,
+            // cancels at the next opcode boundary), so the job ends
+            // `success` or `canceled`, never killed (`error`).
             assert_eq!(
                 reply,
                 json!([
                     false,
                     "Job no longer waiting, can't cancel (informed it anyway)"
-                ])
+                ]),
+                "job {id}"
             );
-            let status = cluster.wait_final(id);
             assert!(
                 status == "success" || status == "canceled",
-                "{status}: {}",
+                "job {id} {status}: {}",
                 cluster.logs()
             );
         }
@@ -1149,4 +1219,115 @@ fn the_livelock_of_a_runner_killed_after_finishing_its_job_is_removed() {
     });
     cluster.wconfd.resume();
     assert_eq!(cluster.status(id), "success");
+}
+
+/// The socket an interruptible delay of `id` logged (its `delay-test`
+/// entry), once it has.
+fn delay_socket(cluster: &Cluster, id: u64) -> PathBuf {
+    let mut socket = None;
+    wait_until(&format!("job {id} logs its delay socket"), DEADLINE, || {
+        let oplog = cluster.query(id, &["oplog"]).remove(0);
+        socket = oplog[0].as_array().and_then(|log| {
+            log.iter()
+                .find(|entry| entry[2] == "delay-test")
+                .and_then(|entry| entry[3][0].as_str().map(PathBuf::from))
+        });
+        socket.is_some()
+    });
+    socket.expect("just found")
+}
+
+#[test]
+fn test_delays_on_a_node_lock_it_whatever_no_locks_says() {
+    // Found from outside with Ganeti's luxi.Client: delays on `on_nodes`
+    // without `no_locks` (Ganeti's default, true) ran at once, holding only
+    // cluster/BGL. Ganeti 3.0's LUTestDelay locks the nodes either way.
+    let cluster = Cluster::start();
+    let on_n1 = |seconds: f64, interruptible: bool| {
+        json!({"OP_ID": "OP_TEST_DELAY", "duration": seconds, "on_master": false,
+               "on_nodes": ["n1"], "interruptible": interruptible})
+    };
+    let first = cluster.submit(json!([on_n1(30.0, true)]));
+    let socket = delay_socket(&cluster, first);
+    let holders = |cluster: &Cluster| -> Vec<u64> {
+        let locks = cluster.wconfd_client().ok("listAllLocksOwners", json!([]));
+        locks
+            .as_array()
+            .expect("a lock list")
+            .iter()
+            .filter(|entry| entry[0] == "node/n1")
+            .flat_map(|entry| entry[1].as_array().cloned().unwrap_or_default())
+            .map(|holder| {
+                assert_eq!(holder[1], "exclusive", "{holder}");
+                holder[0][0].as_u64().expect("a job id")
+            })
+            .collect()
+    };
+    assert_eq!(holders(&cluster), vec![first], "{}", cluster.logs());
+    let second = cluster.submit(json!([on_n1(0.3, false)]));
+    let third = cluster.submit(json!([on_n1(0.3, false)]));
+    for id in [second, third] {
+        wait_until(&format!("job {id} waits for node/n1"), DEADLINE, || {
+            cluster.status(id) == "waiting"
+        });
+    }
+    assert_eq!(holders(&cluster), vec![first], "{}", cluster.logs());
+    assert_eq!(cluster.status(first), "running");
+    let mut stream = UnixStream::connect(&socket).expect("connect to the delay socket");
+    std::io::Write::write_all(&mut stream, b"x").expect("write a byte");
+    for id in [first, second, third] {
+        assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
+    }
+    // One after the other: each opcode ran while no other held node/n1.
+    let ts = |value: &Value| value[0].as_f64().unwrap() + value[1].as_f64().unwrap() / 1e6;
+    let mut spans: Vec<(f64, f64)> = [first, second, third]
+        .iter()
+        .map(|&id| {
+            let row = cluster.query(id, &["opexec", "opend"]);
+            (ts(&row[0][0]), ts(&row[1][0]))
+        })
+        .collect();
+    spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for pair in spans.windows(2) {
+        assert!(pair[1].0 >= pair[0].1 - 0.01, "{spans:?}");
+    }
+}
+
+#[test]
+fn the_serial_names_the_last_acknowledged_id_while_luxid_runs_and_after_a_kill() {
+    // Ganeti's layout keeps queue/serial current and tools outside warden
+    // read it: it must name an id by the time its submission is answered,
+    // not only after a clean stop.
+    let mut cluster = Cluster::start();
+    let serial_path = cluster.root().path().join("queue/serial");
+    let serial = || -> u64 {
+        let text = fs::read_to_string(&serial_path).expect("queue/serial exists");
+        text.trim_end()
+            .parse()
+            .unwrap_or_else(|_| panic!("queue/serial is not an id: {text:?}"))
+    };
+    let mut client = cluster.client();
+    for _ in 0..3 {
+        let id = client.ok("SubmitJob", json!([[exec(&["/bin/true"])]]));
+        assert_eq!(serial(), id.as_u64().expect("an id"));
+    }
+    let ids = client.ok(
+        "SubmitManyJobs",
+        json!([[[exec(&["/bin/true"])], [exec(&["/bin/true"])]]]),
+    );
+    assert_eq!(ids, json!([[true, 4], [true, 5]]));
+    assert_eq!(serial(), 5);
+    for id in 1..=5 {
+        assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
+    }
+    cluster.luxid.kill9();
+    assert_eq!(serial(), 5, "after kill -9");
+    // Ids go on from it even with every job file gone (archived and the
+    // archive cleaned, as Ganeti's cleaner does).
+    for id in 1..=5 {
+        let _ = fs::remove_file(cluster.root().path().join(format!("queue/job-{id}")));
+    }
+    cluster.luxid = Luxid::start_on(cluster.root());
+    assert_eq!(cluster.submit(json!([exec(&["/bin/true"])])), 6);
+    assert_eq!(serial(), 6);
 }

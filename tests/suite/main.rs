@@ -3,10 +3,10 @@
 //!
 //! - [`reference`]: a naive model of the whole lock manager, transcribing
 //!   Ganeti 3.0's `Locking.Allocation` and `Locking.Waiting`, with the
-//!   worked examples of locks.md run on it.
+//!   worked examples of LOCKS.md run on it.
 //! - [`lock_properties`]: proptest over random operation sequences: the
 //!   real manager against the model after every step, and every property
-//!   of locks.md, "Properties every implementation must keep".
+//!   of LOCKS.md, "Properties every implementation must keep".
 //! - [`lock_exhaustive`]: every sequence of up to four operations in a
 //!   small scope, against the model.
 //! - [`harness`]: operations as data, applying them, comparing answers and

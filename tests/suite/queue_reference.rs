@@ -5,7 +5,7 @@
 //! take the same [`Step`]s; [`compare`] checks the replies and what can be
 //! seen of the queue.
 //!
-//! The model keeps, per job, what a reader of jobs.md would: its status,
+//! The model keeps, per job, what a reader of JOBS.md would: its status,
 //! its priority, its dependencies, whether it waits to start, whether a
 //! runner process lives and has written its pid, whether its runner is
 //! dying (dead, its end not yet written). Its rules are written out in
@@ -684,6 +684,10 @@ impl World {
                     }
                     carried.committed = Some(result.clone());
                     inputs.push(Input::Committed { result, spawned });
+                }
+                Effect::ReadJobStatus { ticket, id } => {
+                    let status = self.disk.get(&id).map(Job::status);
+                    inputs.push(Input::JobStatusRead { ticket, status });
                 }
                 Effect::Spawn { id } => {
                     let pid = self.spawn(id);

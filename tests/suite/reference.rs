@@ -1,5 +1,5 @@
 //! A naive reference model of the whole lock manager, written from
-//! locks.md and Ganeti 3.0's own algorithm (`Ganeti.Locking.Allocation`
+//! LOCKS.md and Ganeti 3.0's own algorithm (`Ganeti.Locking.Allocation`
 //! and `Ganeti.Locking.Waiting`), independently of `src/`.
 //!
 //! Speed is no goal; being obviously right is. Holdings are one map per
@@ -50,7 +50,7 @@ pub struct Reference {
 }
 
 /// Does holding `held` in `held_mode` stand in the way of a request for
-/// `lock` in `mode`? locks.md, "Conflicts":
+/// `lock` in `mode`? LOCKS.md, "Conflicts":
 /// - exclusive on L is blocked by every direct holder of L, everyone
 ///   holding a member of L, and the (exclusive or shared) holders of L's
 ///   group;
@@ -572,7 +572,7 @@ impl Reference {
     }
 }
 
-// ---- The worked examples of locks.md, on the model alone ----
+// ---- The worked examples of LOCKS.md, on the model alone ----
 
 fn job(id: u64) -> Owner {
     Owner::job(id, format!("/ll/job-{id}"), 1000 + id as u32)

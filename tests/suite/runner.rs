@@ -1,5 +1,5 @@
-//! The real `job-runner` binary against a real wconfd in a temp root (jobs.md
-//! "Runner lifecycle", "Opcodes"; liveness.md): each test writes a queued
+//! The real `job-runner` binary against a real wconfd in a temp root (JOBS.md
+//! "Runner lifecycle", "Opcodes"; LIVENESS.md): each test writes a queued
 //! job file by hand into `<root>/queue/`, runs the runner, and checks the
 //! job file it leaves, the lock table and the livelock directory.
 

@@ -18,7 +18,7 @@ use crate::daemon::{
     status, timing_guard, try_update, update_waiting, wait_until,
 };
 
-/// The SIGKILL-to-grant target of liveness.md.
+/// The SIGKILL-to-grant target of LIVENESS.md "Targets".
 const DEATH_TO_GRANT_MAX: Duration = Duration::from_millis(50);
 
 fn spawn(wconfd: &Wconfd, ids: std::ops::RangeInclusive<u64>) -> Vec<OwnerProcess> {

@@ -1,5 +1,5 @@
 //! Every wconfd method over the wire, with exact answers: the worked
-//! examples of locks.md, the listings, the lock operations, `awaitLocks`,
+//! examples of LOCKS.md, the listings, the lock operations, `awaitLocks`,
 //! the config half, and the error classes and texts. Owners are real
 //! processes holding their livelocks ([`OwnerProcess`]).
 
@@ -58,7 +58,7 @@ fn a_fresh_root_has_no_locks_and_no_waiters() {
     assert!(!pending(&mut client, &jobs[0]));
 }
 
-// ----- the worked examples of locks.md -----
+// ----- the worked examples of LOCKS.md -----
 
 #[test]
 fn example_1_two_owners_share_the_bgl() {

@@ -1,7 +1,8 @@
-//! Who may talk to wconfd (protocol.md, "Security"): peers are checked with
-//! SO_PEERCRED (root, wconfd's own uid, members of `socket_group`), and a
-//! peer that is neither root nor wconfd's uid may act only as owners of its
-//! own pid. The peers here are real processes running as `nobody`.
+//! Who may talk to wconfd (PROTOCOL.md, "Credentials (SO_PEERCRED)"): peers
+//! are checked with SO_PEERCRED (root, wconfd's own uid, members of
+//! `socket_group`), and a peer that is neither root nor wconfd's uid may
+//! act only as owners of its own pid. The peers here are real processes
+//! running as `nobody`.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

@@ -1,5 +1,5 @@
 //! luxid's queue as a pure state machine, driven as
-//! [`QueueCore::handle`]`(input, now) -> effects` (jobs.md, liveness.md).
+//! [`QueueCore::handle`]`(input, now) -> effects` (JOBS.md, LIVENESS.md).
 //!
 //! It owns the jobs (unfinished ones as [`Job`], finished ones in their
 //! compact [`FinishedJob`] form), the queued set in start order
@@ -218,6 +218,12 @@ pub enum Input {
     LivelockClosed {
         id: JobId,
     },
+    /// The status in the job file [`Effect::ReadJobStatus`] asked for
+    /// (`None`: no file, or one that cannot be read).
+    JobStatusRead {
+        ticket: Ticket,
+        status: Option<Status>,
+    },
     /// The answer to [`Effect::Probe`]; the shell re-read the job file
     /// ([`Input::JobFileChanged`]) first if it was released.
     Probed {
@@ -279,6 +285,12 @@ pub enum Effect {
     Commit {
         jobs: Vec<JobId>,
         start: Vec<JobId>,
+    },
+    /// Read the status in a job's file now; report with
+    /// [`Input::JobStatusRead`].
+    ReadJobStatus {
+        ticket: Ticket,
+        id: JobId,
     },
     /// Start a runner of a durable job; report with [`Input::Spawned`] or
     /// [`Input::SpawnFailed`].
@@ -388,6 +400,11 @@ struct Watcher {
 /// What an [`Action`] was for: applied once it is done.
 #[derive(Clone, Debug)]
 enum Pending {
+    /// A cancel signalled to a running runner, answered from its file.
+    CancelAnswer {
+        conn: Conn,
+        id: JobId,
+    },
     Dequeue {
         conn: Conn,
         job: Job,
@@ -595,6 +612,9 @@ impl QueueCore {
             Input::Request { conn, command } => self.request(conn, command, now, &mut effects),
             Input::ConnectionGone { conn } => {
                 self.watchers.remove(&conn);
+            }
+            Input::JobStatusRead { ticket, status } => {
+                self.status_read(ticket, status, &mut effects)
             }
             Input::Done { ticket, result } => self.done(ticket, result, now, &mut effects),
             Input::Spawned { id, pid } => self.spawned(id, pid, &mut effects),

@@ -205,7 +205,14 @@ impl QueueCore {
                     pid,
                     signal: RunnerSignal::Cancel,
                 });
-                None
+                // The copy in memory lags the runner's writes (inotify):
+                // the answer comes from the file as it is once the signal
+                // is sent. The runner checks for a SIGTERM once more after
+                // writing `running`, so a file without a running opcode
+                // means the signal stops it.
+                let ticket = self.ticket(Pending::CancelAnswer { conn, id });
+                effects.push(Effect::ReadJobStatus { ticket, id });
+                return;
             }
             Runner::Starting { deferred } | Runner::Claimant { deferred, .. } => Some(deferred),
         };
@@ -319,6 +326,31 @@ impl QueueCore {
 
     // ----- actions done -----
 
+    /// The answer to a cancel signalled to a running runner: whether its
+    /// file, read after the signal, still shows the job waiting.
+    pub(super) fn status_read(
+        &mut self,
+        ticket: Ticket,
+        status: Option<Status>,
+        effects: &mut Vec<Effect>,
+    ) {
+        let Some(Pending::CancelAnswer { conn, id }) = self.pending.remove(&ticket) else {
+            return;
+        };
+        let reply = if matches!(status, Some(Status::Waiting | Status::Queued)) {
+            Answer::Outcome(true, format!("Job {id} will be canceled"))
+        } else {
+            Answer::Outcome(
+                false,
+                "Job no longer waiting, can't cancel (informed it anyway)".to_owned(),
+            )
+        };
+        effects.push(Effect::Reply {
+            conn,
+            reply: Ok(reply),
+        });
+    }
+
     pub(super) fn done(
         &mut self,
         ticket: Ticket,
@@ -411,6 +443,8 @@ impl QueueCore {
                 }
                 self.auto_archive(conn, progress, now, effects);
             }
+            // Answered by `status_read`.
+            Pending::CancelAnswer { .. } => {}
             Pending::Drain { conn, drained } => {
                 let reply = match result {
                     Ok(()) => {

@@ -1,0 +1,370 @@
+//! luxid's calls to wconfd, as one more non-blocking connection in
+//! luxid's loop: luxid never waits on wconfd, so a paused, overloaded or
+//! restarting wconfd cannot stop luxid from answering its clients.
+//!
+//! The one call is `freeLocks` for the owner of a job whose runner died
+//! (wconfd finds dead owners by itself too, but a job's livelock may
+//! outlive its runner while its programs are killed, so luxid's word makes
+//! the release immediate). Requests wait in a bounded queue, in order; they
+//! are written as the socket takes them and answered in order. An answer
+//! that does not come within [`WCONFD_ANSWER_DEADLINE`], or a connection
+//! that breaks, drops the connection; after a pause that doubles from
+//! [`WCONFD_RECONNECT_PAUSE_MIN`] to [`WCONFD_RECONNECT_PAUSE_MAX`] every
+//! unanswered request is sent again on a new one (`freeLocks` is
+//! idempotent). wconfd refusing a request is logged and the request
+//! dropped: retrying would be refused the same way.
+
+use std::collections::VecDeque;
+use std::io::{self, Read};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use mio::net::UnixStream;
+use mio::{Interest, Registry, Token};
+
+use crate::client::{ClientError, decode_answer};
+use crate::limits::{
+    READ_CHUNK_BYTES, WCONFD_ANSWER_DEADLINE, WCONFD_CALLS_QUEUED_MAX, WCONFD_RECONNECT_PAUSE_MAX,
+    WCONFD_RECONNECT_PAUSE_MIN,
+};
+use crate::locks::Owner;
+use crate::protocol::FrameReader;
+use crate::protocol::wconfd::WconfdRequest;
+
+/// A connection to wconfd driven by luxid's poll.
+pub struct WconfdLink {
+    socket: PathBuf,
+    registry: Registry,
+    token: Token,
+    frame_bytes_max: usize,
+    connection: Option<Connection>,
+    /// Owners whose locks are to be freed, oldest first; the first
+    /// `connection.sent` of them were written on the current connection.
+    queue: VecDeque<Owner>,
+    /// No connection before this (after a failure).
+    retry_at: Option<Instant>,
+    /// The pause before the next attempt after a failure.
+    pause: Duration,
+}
+
+struct Connection {
+    stream: UnixStream,
+    reader: FrameReader,
+    output: Vec<u8>,
+    /// How many queued requests were written (or are in `output`).
+    sent: usize,
+    /// When the oldest unanswered request must have been answered.
+    deadline: Option<Instant>,
+    writable_registered: bool,
+}
+
+impl WconfdLink {
+    pub fn new(
+        socket: PathBuf,
+        registry: &Registry,
+        token: Token,
+        frame_bytes_max: usize,
+    ) -> io::Result<WconfdLink> {
+        Ok(WconfdLink {
+            socket,
+            registry: registry.try_clone()?,
+            token,
+            frame_bytes_max,
+            connection: None,
+            queue: VecDeque::new(),
+            retry_at: None,
+            pause: WCONFD_RECONNECT_PAUSE_MIN,
+        })
+    }
+
+    /// Asks wconfd to free every lock and the pending request of `owner`.
+    pub fn free_locks(&mut self, owner: Owner, now: Instant) {
+        if self.queue.len() >= WCONFD_CALLS_QUEUED_MAX {
+            // wconfd's own probe of dead owners still frees them.
+            tracing::warn!(%owner, "too many calls wait for wconfd; this one is not made");
+            return;
+        }
+        self.queue.push_back(owner);
+        self.send(now);
+    }
+
+    /// How many calls wait for their answer (or to be sent).
+    pub fn waiting(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// When luxid must look at the link again, if it must.
+    pub fn next_wakeup(&self) -> Option<Instant> {
+        match &self.connection {
+            Some(connection) => connection.deadline,
+            None if self.queue.is_empty() => None,
+            None => self.retry_at,
+        }
+    }
+
+    /// The link's socket is ready: reads answers, writes requests.
+    pub fn event(&mut self, now: Instant) {
+        self.receive(now);
+        self.send(now);
+    }
+
+    /// Time passed: an answer overdue drops the connection; a pause over
+    /// sends the queue again.
+    pub fn tick(&mut self, now: Instant) {
+        let overdue = self
+            .connection
+            .as_ref()
+            .and_then(|connection| connection.deadline)
+            .is_some_and(|deadline| now >= deadline);
+        if overdue {
+            self.fail(
+                now,
+                &io::Error::new(io::ErrorKind::TimedOut, "no answer in time"),
+            );
+        }
+        self.send(now);
+    }
+
+    /// Connects if needed and writes what the socket takes.
+    fn send(&mut self, now: Instant) {
+        if self.queue.is_empty() {
+            return;
+        }
+        if self.connection.is_none() {
+            if self.retry_at.is_some_and(|at| now < at) {
+                return;
+            }
+            match self.connect() {
+                Ok(connection) => self.connection = Some(connection),
+                Err(error) => {
+                    self.fail(now, &error);
+                    return;
+                }
+            }
+        }
+        let connection = self.connection.as_mut().expect("connected above");
+        for owner in self.queue.iter().skip(connection.sent) {
+            let request = WconfdRequest::FreeLocks {
+                owner: owner.clone(),
+            };
+            request.encode().write_frame(&mut connection.output);
+            connection.sent += 1;
+        }
+        if connection.deadline.is_none() && connection.sent > 0 {
+            connection.deadline = Some(now + WCONFD_ANSWER_DEADLINE);
+        }
+        let written = crate::daemon::write_out(&mut connection.stream, &mut connection.output)
+            .and_then(|()| {
+                crate::daemon::watch_writable(
+                    &self.registry,
+                    &mut connection.stream,
+                    self.token,
+                    &mut connection.writable_registered,
+                    !connection.output.is_empty(),
+                )
+            });
+        if let Err(error) = written {
+            self.fail(now, &error);
+        }
+    }
+
+    fn connect(&self) -> io::Result<Connection> {
+        let mut stream = UnixStream::connect(&self.socket)?;
+        self.registry
+            .register(&mut stream, self.token, Interest::READABLE)?;
+        Ok(Connection {
+            stream,
+            reader: FrameReader::new(self.frame_bytes_max),
+            output: Vec::new(),
+            sent: 0,
+            deadline: None,
+            writable_registered: false,
+        })
+    }
+
+    /// Reads the answers that arrived, in request order.
+    fn receive(&mut self, now: Instant) {
+        loop {
+            let framed = match self.connection.as_mut() {
+                Some(connection) => connection.reader.next_frame(),
+                None => return,
+            };
+            match framed {
+                Ok(Some(frame)) => {
+                    if !self.answered(now, &frame) {
+                        return;
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    self.fail(now, &io::Error::other(error.to_string()));
+                    return;
+                }
+            }
+            let connection = self.connection.as_mut().expect("looked up above");
+            let Some(spare) = connection.reader.spare(READ_CHUNK_BYTES) else {
+                let error = io::Error::other("an answer longer than the frame limit");
+                self.fail(now, &error);
+                return;
+            };
+            let spare_bytes = spare.len();
+            let read = connection.stream.read(spare);
+            connection
+                .reader
+                .commit(spare_bytes, *read.as_ref().unwrap_or(&0));
+            match read {
+                Ok(0) => {
+                    self.fail(now, &io::Error::from(io::ErrorKind::UnexpectedEof));
+                    return;
+                }
+                Ok(_) => {}
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => {
+                    self.fail(now, &error);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The answer to the oldest request sent; false if the connection was
+    /// dropped.
+    fn answered(&mut self, now: Instant, frame: &[u8]) -> bool {
+        let Some(owner) = self.queue.pop_front() else {
+            self.fail(now, &io::Error::other("an answer to no request"));
+            return false;
+        };
+        match decode_answer("wconfd", frame) {
+            Ok(_) => tracing::debug!(%owner, "wconfd freed a dead job's locks"),
+            Err(error @ ClientError::Failed { .. }) => {
+                tracing::warn!(%owner, %error, "wconfd refused to free a dead job's locks");
+            }
+            Err(error) => {
+                // Not an answer: the request goes again.
+                self.queue.push_front(owner);
+                self.fail(now, &io::Error::other(error.to_string()));
+                return false;
+            }
+        }
+        self.pause = WCONFD_RECONNECT_PAUSE_MIN;
+        let connection = self
+            .connection
+            .as_mut()
+            .expect("answers come on a connection");
+        connection.sent = connection.sent.saturating_sub(1);
+        connection.deadline = (connection.sent > 0).then_some(now + WCONFD_ANSWER_DEADLINE);
+        true
+    }
+
+    /// Drops the connection; everything unanswered goes again after the
+    /// pause.
+    fn fail(&mut self, now: Instant, error: &io::Error) {
+        if let Some(mut connection) = self.connection.take() {
+            let _ = self.registry.deregister(&mut connection.stream);
+        }
+        if !self.queue.is_empty() {
+            tracing::warn!(
+                %error,
+                waiting = self.queue.len(),
+                pause_ms = self.pause.as_millis() as u64,
+                "cannot reach wconfd to free dead jobs' locks; trying again"
+            );
+        }
+        self.retry_at = Some(now + self.pause);
+        self.pause = (self.pause * 2).min(WCONFD_RECONNECT_PAUSE_MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::os::unix::net::{UnixListener, UnixStream as StdStream};
+
+    use super::*;
+    use crate::protocol::{ETX, parse_request};
+
+    /// The next request a fake wconfd reads on `stream`.
+    fn read_request(stream: &mut StdStream) -> crate::protocol::Request {
+        let mut frame = Vec::new();
+        let mut byte = [0u8; 1];
+        while stream.read(&mut byte).expect("a request") == 1 && byte[0] != ETX {
+            frame.push(byte[0]);
+        }
+        parse_request(&frame).expect("a request")
+    }
+
+    #[test]
+    fn an_unanswered_call_is_sent_again_on_a_new_connection_until_answered() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let socket = dir.path().join("wconfd.sock");
+        let listener = UnixListener::bind(&socket).expect("bind");
+        let poll = mio::Poll::new().expect("a poll");
+        let mut link = WconfdLink::new(socket, poll.registry(), Token(7), 1 << 20).expect("a link");
+        let owner = Owner::job(3, "/l/job_000003_1", 42);
+        let start = Instant::now();
+        link.free_locks(owner.clone(), start);
+        let (mut hung, _) = listener.accept().expect("the first connection");
+        let request = read_request(&mut hung);
+        assert_eq!(request.method, "freeLocks");
+        assert_eq!(
+            request.args,
+            WconfdRequest::FreeLocks {
+                owner: owner.clone()
+            }
+            .encode()
+            .args
+        );
+        // No answer: nothing happens before the deadline, then the link
+        // drops the connection and, after its pause, asks again.
+        link.tick(start + WCONFD_ANSWER_DEADLINE / 2);
+        assert_eq!(link.waiting(), 1);
+        let overdue = start + WCONFD_ANSWER_DEADLINE;
+        link.tick(overdue);
+        let mut end = [0u8; 1];
+        assert_eq!(hung.read(&mut end).expect("the end"), 0, "dropped");
+        assert_eq!(
+            link.next_wakeup(),
+            Some(overdue + WCONFD_RECONNECT_PAUSE_MIN)
+        );
+        link.tick(overdue + WCONFD_RECONNECT_PAUSE_MIN);
+        let (mut answering, _) = listener.accept().expect("the second connection");
+        assert_eq!(read_request(&mut answering).method, "freeLocks");
+        answering
+            .write_all(b"{\"success\": true, \"result\": []}\x03")
+            .expect("answer");
+        link.event(overdue + WCONFD_RECONNECT_PAUSE_MIN);
+        assert_eq!(link.waiting(), 0);
+        assert_eq!(link.next_wakeup(), None);
+    }
+
+    #[test]
+    fn a_refused_call_is_dropped_and_an_absent_wconfd_is_retried() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let socket = dir.path().join("wconfd.sock");
+        let poll = mio::Poll::new().expect("a poll");
+        let mut link =
+            WconfdLink::new(socket.clone(), poll.registry(), Token(7), 1 << 20).expect("a link");
+        let now = Instant::now();
+        // Nobody listens: the call waits, with a doubling pause.
+        link.free_locks(Owner::job(1, "/l/a", 1), now);
+        assert_eq!(link.waiting(), 1);
+        assert_eq!(link.next_wakeup(), Some(now + WCONFD_RECONNECT_PAUSE_MIN));
+        link.tick(now + WCONFD_RECONNECT_PAUSE_MIN);
+        assert_eq!(
+            link.next_wakeup(),
+            Some(now + WCONFD_RECONNECT_PAUSE_MIN + WCONFD_RECONNECT_PAUSE_MIN * 2)
+        );
+        let listener = UnixListener::bind(&socket).expect("bind");
+        let later = now + Duration::from_secs(1);
+        link.tick(later);
+        let (mut wconfd, _) = listener.accept().expect("a connection");
+        assert_eq!(read_request(&mut wconfd).method, "freeLocks");
+        wconfd
+            .write_all(b"{\"success\": false, \"result\": [\"GenericError\", [\"no\"]]}\x03")
+            .expect("answer");
+        link.event(later);
+        assert_eq!(link.waiting(), 0, "a refusal is not retried");
+    }
+}
