@@ -407,9 +407,14 @@ fn job_commands_print_stable_json() {
     assert!(stdout(&human).contains("oops"), "{}", stdout(&human));
 
     // A job held back by a dependency can be reprioritised and canceled.
-    let blocker = exec(&root, &[], &["sleep", "30"]);
-    wait_until("the blocker runs", DEADLINE, || {
-        cluster.status(blocker) == "running"
+    // Its program's first line shows its opcode's work has begun: a
+    // cancel now leaves it running (one that came just as `running` was
+    // written would still stop it before its work).
+    let blocker = exec(&root, &[], &["sh", "-c", "echo started; exec sleep 30"]);
+    wait_until("the blocker's program runs", DEADLINE, || {
+        cluster.query(blocker, &["oplog"])[0]
+            .to_string()
+            .contains("started")
     });
     let output = expect(&root, &["cancel", &blocker.to_string()], REFUSED);
     assert!(
