@@ -167,6 +167,16 @@ pub const QUEUE_LOCK_WAIT: Duration = Duration::from_secs(5);
 /// Pause between two attempts at the queue lock.
 pub const QUEUE_LOCK_RETRY_PAUSE: Duration = Duration::from_millis(5);
 
+/// How often the livelock of a dead runner's job, or of a runner another
+/// luxid started, is probed should its inotify close event be missed (a
+/// livelock found by name only).
+pub const RELEASE_PROBE_INTERVAL: Duration = Duration::from_millis(20);
+
+/// How often the end of a dead runner's job is written again when the disk
+/// refused it (full, read-only): the job ends promptly once the disk takes
+/// writes again, and a full disk costs a write attempt, not a busy loop.
+pub const DEAD_JOB_WRITE_RETRY_INTERVAL: Duration = Duration::from_millis(100);
+
 /// A temp file in the queue directory younger than this is never removed
 /// as a crash's leftover: it may be a live runner's write in progress.
 pub const STALE_TEMP_AGE_MIN: Duration = Duration::from_secs(60);

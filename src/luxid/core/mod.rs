@@ -37,15 +37,7 @@ mod runners;
 #[cfg(test)]
 mod tests;
 
-/// How often the livelock of a dead runner's job, or of a runner another
-/// luxid started, is probed should its inotify close event be missed (a
-/// livelock found by name only).
-pub const RELEASE_PROBE_INTERVAL: Duration = Duration::from_millis(20);
-
-/// How often the end of a dead runner's job is written again when the disk
-/// refused it (full, read-only): the job ends promptly once the disk takes
-/// writes again, and a full disk costs a write attempt, not a busy loop.
-pub const DEAD_JOB_WRITE_RETRY_INTERVAL: Duration = Duration::from_millis(100);
+use crate::limits::{DEAD_JOB_WRITE_RETRY_INTERVAL, RELEASE_PROBE_INTERVAL};
 
 /// A client connection, as the shell names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
