@@ -52,15 +52,14 @@ fn serial_text(serial: JobId) -> [u8; SERIAL_FILE_BYTES] {
 ///
 /// The file is created once (atomic replace) and then overwritten in
 /// place: each commit writes the new value over the old with one
-/// positioned write and syncs it beside the commit's job files, so no
-/// file is created per commit (D41, D42). Every value has the same
-/// length, so the file's size and blocks never change after its creation
-/// and the write touches only the first bytes of its one block: a crash
-/// leaves the old value or the new one, never a mix or a hole (a kill
-/// cannot stop a write inside one page half-way; a device writes a sector
-/// whole). Even so the serial is never the only record of an id: the
-/// commit syncs the job files too, and [`Queue::open`] takes the largest
-/// of the serial, the job files and the archive.
+/// positioned write, so no file is created per commit (D41, D42). Every
+/// value has the same length, so the file's size and blocks never change
+/// after its creation and the write touches only the first bytes of its
+/// one block: a crash leaves the old value or the new one, never a mix or
+/// a hole (a kill cannot stop a write inside one page half-way; a device
+/// writes a sector whole). Even so the serial is never the only record of
+/// an id: the commit syncs the job files too, and [`Queue::open`] takes
+/// the largest of the serial, the job files and the archive.
 struct SerialFile {
     path: PathBuf,
     state: Mutex<SerialState>,
@@ -73,15 +72,26 @@ struct SerialState {
     written: JobId,
 }
 
+/// How an overwrite of the serial is made durable.
+#[derive(Clone, Copy, PartialEq)]
+enum SerialFlush {
+    /// Written to the page cache and its write to the device started;
+    /// the caller then waits for it ([`SerialFile::wait_written`]) and
+    /// syncs the queue directory after its renames: that journal commit
+    /// flushes the device's cache, the serial's block with it (D42). A
+    /// group commit does this.
+    ByDirectorySync,
+    /// `fdatasync` now (luxid's clean stop: no directory sync follows).
+    Now,
+}
+
 impl SerialFile {
-    /// Makes the file name at least `serial`, durably (creating it on
-    /// first use). Two commits in flight at once cannot take it back: a
-    /// value not above the one written is not written again.
-    fn advance(&self, serial: JobId) -> io::Result<()> {
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    /// Makes the file name at least `serial` (creating it on first use;
+    /// durable once `flush` says). Two commits in flight at once cannot
+    /// take it back: a value not above the one written is not written
+    /// again.
+    fn advance(&self, serial: JobId, flush: SerialFlush) -> io::Result<()> {
+        let mut state = self.state();
         if serial <= state.written && state.file.is_some() {
             return Ok(());
         }
@@ -89,7 +99,12 @@ impl SerialFile {
         match &state.file {
             Some(file) => {
                 file.write_all_at(&text, 0)?;
-                file.sync_data()?;
+                match flush {
+                    SerialFlush::ByDirectorySync => {
+                        crate::sys::start_write_back(file, 0, SERIAL_FILE_BYTES as u64)?
+                    }
+                    SerialFlush::Now => file.sync_data()?,
+                }
             }
             None => {
                 atomic_write(&self.path, &text)?;
@@ -98,6 +113,20 @@ impl SerialFile {
         }
         state.written = state.written.max(serial);
         Ok(())
+    }
+
+    /// Waits until the device has taken every overwrite started so far.
+    fn wait_written(&self) -> io::Result<()> {
+        match &self.state().file {
+            Some(file) => crate::sys::wait_written_back(file, 0, SERIAL_FILE_BYTES as u64),
+            None => Ok(()),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, SerialState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -273,30 +302,34 @@ pub struct NewJobsCommit {
 impl NewJobsCommit {
     /// Makes the files durable (see [`Queue::commit_new`]).
     pub fn run(&self) -> io::Result<()> {
-        let (serial, temps) = rayon::join(
-            || self.serial_file.advance(self.serial),
-            || self.write_temps(),
-        );
-        if let Err(error) = serial {
-            if temps.is_ok() {
-                self.remove_temps();
-            }
-            return Err(error);
-        }
-        temps?;
+        // The serial's write to the device runs beside the temp files'
+        // syncs and is waited for after them; the directory sync at the
+        // end makes it durable (no sync of its own: D42).
+        self.serial_file
+            .advance(self.serial, SerialFlush::ByDirectorySync)?;
+        let written = self.write_temps().and_then(|()| {
+            self.serial_file
+                .wait_written()
+                .inspect_err(|_| self.remove_temps())
+        });
+        written?;
         self.put_in_place()
     }
 
     /// Writes and syncs every file as a temp file beside its final path,
-    /// in parallel. Nothing anyone reads changes yet: a runner started
-    /// meanwhile finds no job file. On failure every temp file is removed
-    /// (one left on a full disk would keep the space that is missing).
+    /// in parallel when there are several (one is written on this thread:
+    /// handing it to rayon costs a wake-up and a spinning worker). Nothing
+    /// anyone reads changes yet: a runner started meanwhile finds no job
+    /// file. On failure every temp file is removed (one left on a full
+    /// disk would keep the space that is missing).
     fn write_temps(&self) -> io::Result<()> {
-        let written: Vec<io::Result<()>> = self
-            .files
-            .par_iter()
-            .map(|(path, bytes)| write_synced(&temp_path(path), bytes))
-            .collect();
+        let written: Vec<io::Result<()>> = match self.files.as_slice() {
+            [(path, bytes)] => vec![write_synced(&temp_path(path), bytes)],
+            files => files
+                .par_iter()
+                .map(|(path, bytes)| write_synced(&temp_path(path), bytes))
+                .collect(),
+        };
         match written.into_iter().find_map(Result::err) {
             Some(error) => {
                 self.remove_temps();
@@ -465,14 +498,15 @@ impl Queue {
         if self.serial == 0 {
             return Ok(());
         }
-        self.serial_file.advance(self.serial)
+        self.serial_file.advance(self.serial, SerialFlush::Now)
     }
 
     /// Makes new jobs durable together: every job file is written to a
     /// temp file and synced in parallel (the syncs overlap in the device),
     /// while the serial file is overwritten in place with the last id
-    /// handed out and synced; then the job files are renamed into place,
-    /// then the directory is synced once. No file is created for the
+    /// handed out and written to the device; then the job files are
+    /// renamed into place, then the directory is synced once, which
+    /// flushes the device's cache and with it the serial. No file is created for the
     /// serial on a submission's way (D41, D42): it is written in place.
     pub fn commit_new(&self, jobs: &[Job]) -> io::Result<()> {
         self.new_commit(jobs).run()

@@ -1,8 +1,9 @@
 //! The one place for raw OS calls: each function here wraps a single call
 //! that std does not offer, says why warden needs it, and turns its failure
 //! into an `io::Error` value. Everything is done through the safe wrappers of
-//! `nix` and `rustix`, except [`release_free_memory`], a call into the C
-//! library that neither wraps: the only `unsafe` in warden. (The one
+//! `nix` and `rustix`, except [`release_free_memory`] and `sync_file_range`,
+//! calls into the C library that neither wraps: the only `unsafe` in
+//! warden. (The one
 //! socket option nix does not name, `SO_PEEK_OFF`, is defined with nix's
 //! own `sockopt_impl!`, whose expansion makes the `setsockopt` call the
 //! way nix's named options do.)
@@ -243,6 +244,53 @@ pub fn open_direct_dsync(path: &std::path::Path) -> io::Result<File> {
         .write(true)
         .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
         .open(path)
+}
+
+/// Starts writing the dirty pages of `file` in `offset..offset + len` to
+/// the device (`sync_file_range` with `WRITE`) and returns without waiting;
+/// [`wait_written_back`] waits. Neither flushes the device's cache nor
+/// writes the file's metadata.
+///
+/// Why: the queue's serial is overwritten in place with every group
+/// commit, and that commit ends with a directory `fsync` whose journal
+/// commit flushes the device's cache. A write the device has already
+/// taken is made durable by that flush, so an `fdatasync` of its own (a
+/// second flush, beside the job files') is not needed: it cost the
+/// received-to-started latency about 10% (design/PERFORMANCE.md). std and
+/// the wrappers offer no `sync_file_range`.
+pub fn start_write_back(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    sync_file_range(file, offset, len, libc::SYNC_FILE_RANGE_WRITE)
+}
+
+/// Writes what [`start_write_back`] has not yet written of the range and
+/// waits until the device has taken all of it (`sync_file_range` with
+/// `WAIT_BEFORE | WRITE | WAIT_AFTER`).
+pub fn wait_written_back(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    sync_file_range(
+        file,
+        offset,
+        len,
+        libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+    )
+}
+
+fn sync_file_range(file: &File, offset: u64, len: u64, flags: libc::c_uint) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let range = |value: u64| {
+        i64::try_from(value)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "file range beyond i64"))
+    };
+    let (offset, len) = (range(offset)?, range(len)?);
+    // SAFETY: sync_file_range takes no pointer; an invalid descriptor or
+    // range is answered with an error code, not undefined behaviour.
+    let result = unsafe { libc::sync_file_range(file.as_raw_fd(), offset, len, flags) };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// Gives the memory the C library's allocator holds free back to the
