@@ -296,3 +296,31 @@ pub const DAEMON_READY_RETRY_PAUSE: Duration = Duration::from_millis(5);
 /// How long a daemon may take to stop after SIGTERM before the launcher
 /// kills it.
 pub const DAEMON_STOP_GRACE: Duration = Duration::from_secs(10);
+
+// Durable state (`store`).
+
+/// Largest journal record accepted when reading; a longer length field is
+/// not a record (requests are bounded far below this by the frame limit).
+pub const JOURNAL_RECORD_BYTES_MAX: usize = 1 << 30;
+
+// The crash harness (`torture`): how long it waits for what it started
+// before it reports a hang.
+
+/// Longest wait for a job whose runner is dead to be marked final.
+pub const TORTURE_DEATH_MARK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest `awaitLocks` of a lock client: short, so that a check waiting
+/// for the clients' requests to finish is never held up long.
+pub const TORTURE_AWAIT_TIMEOUT_MS: u64 = 150;
+
+/// Longest wait for a started daemon to answer.
+pub const TORTURE_DAEMON_READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Pause between connection attempts to a starting daemon.
+pub const TORTURE_READY_POLL_PAUSE: Duration = Duration::from_millis(2);
+
+/// Longest wait for an owner's process to ignore SIGHUP.
+pub const TORTURE_OWNER_READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// After the chaos: how long every acknowledged job may take to end.
+pub const TORTURE_SETTLE_TIMEOUT: Duration = Duration::from_secs(120);

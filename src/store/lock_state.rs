@@ -48,6 +48,7 @@
 //! record of a later write behind it: it reads as that write torn, which
 //! a crash can leave too, and is cut (DECISIONS D36).
 
+use crate::limits::JOURNAL_RECORD_BYTES_MAX;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -83,10 +84,6 @@ pub const JOURNAL_HEADER_BYTES: usize = 4096;
 
 /// Bytes before each record's JSON: checksum, length, `seq`, `first_seq`.
 pub const RECORD_HEADER_BYTES: usize = 24;
-
-/// Largest journal record accepted when reading; a longer length field is
-/// not a record (requests are bounded far below this by the frame limit).
-const RECORD_BYTES_MAX: usize = 1 << 30;
 
 /// Zero-filled space added to the journal file at a time: a write that
 /// extends the file commits metadata too, so it is paid once per this
@@ -460,7 +457,7 @@ struct Record<'a> {
 fn parse_record(bytes: &[u8], offset: usize) -> Option<Record<'_>> {
     let header = bytes.get(offset..offset.checked_add(RECORD_HEADER_BYTES)?)?;
     let length = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
-    if length == 0 || length > RECORD_BYTES_MAX {
+    if length == 0 || length > JOURNAL_RECORD_BYTES_MAX {
         return None;
     }
     let end = offset + RECORD_HEADER_BYTES + length;

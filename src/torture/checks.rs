@@ -26,6 +26,7 @@
 //! empty, and no stale livelock file left but those the stale-age rule
 //! allows (D12).
 
+use crate::limits::TORTURE_DEATH_MARK_TIMEOUT;
 use std::collections::BTreeMap;
 use std::fs;
 use std::sync::PoisonError;
@@ -47,8 +48,6 @@ use super::lock_clients::parse_listing;
 use super::processes::{self, DaemonProcess, OwnerFate};
 use super::rng::Rng;
 
-/// Longest wait for a job whose runner is dead to be marked final.
-const DEATH_MARK_TIMEOUT: Duration = Duration::from_secs(10);
 /// Conflicting interval pairs reported at most.
 const CONFLICTS_REPORTED_MAX: usize = 10;
 
@@ -387,7 +386,7 @@ pub fn after_luxid_start(shared: &Shared) {
 }
 
 /// Every job of `ids` exists; a started, unfinished one has a live runner
-/// or is marked final within [`DEATH_MARK_TIMEOUT`].
+/// or is marked final within [`TORTURE_DEATH_MARK_TIMEOUT`].
 fn check_jobs_sensible(shared: &Shared, ids: &[u64]) -> Result<(), String> {
     let mut client = luxid(shared)?;
     let mut suspects = Vec::new();
@@ -417,7 +416,7 @@ fn check_jobs_sensible(shared: &Shared, ids: &[u64]) -> Result<(), String> {
         }
     }
     for id in suspects {
-        let deadline = Instant::now() + DEATH_MARK_TIMEOUT;
+        let deadline = Instant::now() + TORTURE_DEATH_MARK_TIMEOUT;
         loop {
             let rows = client
                 .query_jobs(Some(&[id]), &["status"])
@@ -432,7 +431,7 @@ fn check_jobs_sensible(shared: &Shared, ids: &[u64]) -> Result<(), String> {
             }
             if Instant::now() >= deadline {
                 return Err(format!(
-                    "job {id} is still '{status}' {DEATH_MARK_TIMEOUT:?} after its runner was \
+                    "job {id} is still '{status}' {TORTURE_DEATH_MARK_TIMEOUT:?} after its runner was \
                      found dead"
                 ));
             }

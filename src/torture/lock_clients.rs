@@ -10,6 +10,7 @@
 //! after it, never anything else (updates are all-or-nothing and durable
 //! before they are answered).
 
+use crate::limits::TORTURE_AWAIT_TIMEOUT_MS;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -29,10 +30,6 @@ use super::{Backoff, Shared};
 
 /// The node locks lock clients and jobs contend for.
 pub const NODES: [&str; 4] = ["n0", "n1", "n2", "n3"];
-
-/// Longest `awaitLocks` of a lock client: short, so that a check waiting
-/// for the clients' requests to finish is never held up long.
-const AWAIT_TIMEOUT_MS: u64 = 150;
 
 /// A lock name of the harness's lock universe (all valid by
 /// construction).
@@ -539,7 +536,7 @@ impl LockClient<'_> {
                 owner: owner_now,
                 priority: 0,
                 request,
-                timeout_ms: AWAIT_TIMEOUT_MS,
+                timeout_ms: TORTURE_AWAIT_TIMEOUT_MS,
             },
         };
         let method = request.method();

@@ -19,6 +19,7 @@ pub mod lock_clients;
 pub mod processes;
 pub mod rng;
 
+use crate::limits::TORTURE_SETTLE_TIMEOUT;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -43,8 +44,6 @@ const SETTINGS: &str = "[wconfd]\ndeath_check_interval_ms = 250\n\
 /// The run's length without `--duration`, and with `--long`.
 pub const DURATION_DEFAULT: Duration = Duration::from_secs(20);
 pub const DURATION_LONG: Duration = Duration::from_secs(300);
-/// After the chaos: how long every acknowledged job may take to end.
-const SETTLE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -394,7 +393,7 @@ pub fn run(options: &Options) -> Result<Outcome, String> {
         }
     }
     if !shared.failed() {
-        checks::final_checks(&shared, &mut daemons, SETTLE_TIMEOUT);
+        checks::final_checks(&shared, &mut daemons, TORTURE_SETTLE_TIMEOUT);
     }
     daemons.luxid.stop(Duration::from_secs(10));
     daemons.wconfd.stop(Duration::from_secs(10));

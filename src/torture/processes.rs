@@ -3,6 +3,9 @@
 //! process holding its livelock), and the job runners luxid starts (found
 //! in /proc, killed with SIGKILL).
 
+use crate::limits::TORTURE_DAEMON_READY_TIMEOUT;
+use crate::limits::TORTURE_OWNER_READY_TIMEOUT;
+use crate::limits::TORTURE_READY_POLL_PAUSE;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
@@ -21,12 +24,6 @@ use crate::locks::Owner;
 use crate::protocol::wconfd::encode_owner;
 
 use super::history::now_us;
-
-/// Longest wait for a started daemon to answer.
-pub const DAEMON_READY_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Pause between connection attempts to a starting daemon.
-const READY_POLL_PAUSE: Duration = Duration::from_millis(2);
 
 /// Taken around every spawn of the harness: an owner's livelock descriptor
 /// is inheritable only while its own `sleep` is spawned, and no other
@@ -131,7 +128,7 @@ impl DaemonProcess {
         };
         let pid = child.id();
         self.child = Some(child);
-        let deadline = Instant::now() + DAEMON_READY_TIMEOUT;
+        let deadline = Instant::now() + TORTURE_DAEMON_READY_TIMEOUT;
         loop {
             if let Some(status) = self.exited() {
                 return Err(format!(
@@ -147,12 +144,12 @@ impl DaemonProcess {
             }
             if Instant::now() >= deadline {
                 return Err(format!(
-                    "{} did not answer within {DAEMON_READY_TIMEOUT:?}; its log ends:\n{}",
+                    "{} did not answer within {TORTURE_DAEMON_READY_TIMEOUT:?}; its log ends:\n{}",
                     self.name,
                     self.log_tail()
                 ));
             }
-            std::thread::sleep(READY_POLL_PAUSE);
+            std::thread::sleep(TORTURE_READY_POLL_PAUSE);
         }
     }
 
@@ -262,12 +259,12 @@ impl OwnerProcess {
         };
         // Used only once SIGHUP is ignored (`nohup` did its part).
         let pid = child.id();
-        let deadline = Instant::now() + OWNER_READY_TIMEOUT;
+        let deadline = Instant::now() + TORTURE_OWNER_READY_TIMEOUT;
         while !ignores_sighup(pid) {
             if Instant::now() >= deadline {
                 return Err(format!(
                     "owner {ident}: process {pid} does not ignore SIGHUP within \
-                     {OWNER_READY_TIMEOUT:?}"
+                     {TORTURE_OWNER_READY_TIMEOUT:?}"
                 ));
             }
             std::thread::sleep(Duration::from_micros(200));
@@ -357,9 +354,6 @@ impl Drop for OwnerProcess {
         }
     }
 }
-
-/// Longest wait for an owner's process to ignore SIGHUP.
-const OWNER_READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Whether process `pid` ignores SIGHUP (bit 0 of `SigIgn` in its status).
 fn ignores_sighup(pid: u32) -> bool {
