@@ -1,18 +1,23 @@
 //! What the daemon benches share: a scratch directory for their roots, a
-//! lean client of either daemon's socket (requests built by the typed
-//! request enums and encoded once, replies checked without a copy), and
-//! the fsync probe that gives every figure its floor.
+//! daemon process started on one of them, a lean client of either
+//! daemon's socket (requests built by the typed request enums and encoded
+//! once, replies checked without a copy), and the fsync probe that gives
+//! every figure its floor.
 
 use std::cell::Cell;
 use std::fs::{self, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
 use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
 
 use serde_json::{Value, json};
 
-use super::{Result, WithContext as _, fail, percentile};
+use super::{Result, WithContext as _, fail, log_tail, percentile};
 use crate::protocol::{ETX, Request};
 
 /// Longest wait for any one reply: a hung daemon fails the bench instead
@@ -22,6 +27,163 @@ pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pause between attempts to connect to a starting daemon, and between
 /// looks at a stopping one: small against the restart targets.
 pub const POLL_PAUSE: Duration = Duration::from_micros(200);
+
+/// Longest wait for a daemon to accept after its start, or to exit after
+/// SIGTERM (recovery of a large root takes seconds).
+pub const PROCESS_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One daemon of a root: `<binary> <flag> <root>`, its stderr appended
+/// to its log, ready once its socket accepts (both daemons bind only once
+/// they are ready to serve). Killed, if it still runs, when dropped.
+pub struct Daemon {
+    name: &'static str,
+    binary: PathBuf,
+    flag: &'static str,
+    root: PathBuf,
+    socket: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Daemon {
+    pub fn new(
+        name: &'static str,
+        binary: &Path,
+        flag: &'static str,
+        root: &Path,
+        socket: PathBuf,
+        log: PathBuf,
+    ) -> Daemon {
+        Daemon {
+            name,
+            binary: binary.to_owned(),
+            flag,
+            root: root.to_owned(),
+            socket,
+            log,
+            child: None,
+        }
+    }
+
+    /// Starts the daemon and connects once it accepts.
+    pub fn spawn(&mut self) -> Result<Client> {
+        self.spawn_process()?;
+        self.wait_ready()
+    }
+
+    /// Starts the process only ([`Daemon::wait_ready`] waits for it).
+    pub fn spawn_process(&mut self) -> Result<()> {
+        assert!(self.child.is_none(), "one {} per root", self.name);
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .context(|| format!("cannot open {}", self.log.display()))?;
+        let child = Command::new(&self.binary)
+            .arg(self.flag)
+            .arg(&self.root)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context(|| format!("cannot start {}", self.binary.display()))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Connects as soon as the started daemon accepts; fails if it exits
+    /// first or takes longer than [`PROCESS_TIMEOUT`].
+    pub fn wait_ready(&mut self) -> Result<Client> {
+        let deadline = Instant::now() + PROCESS_TIMEOUT;
+        let child = self.child.as_mut().expect("the daemon was spawned");
+        loop {
+            match UnixStream::connect(&self.socket) {
+                Ok(stream) => return Client::new(stream, self.name),
+                Err(error) if Instant::now() > deadline => {
+                    return fail(format!(
+                        "{} did not accept within {} s ({error}); log: {}",
+                        self.name,
+                        PROCESS_TIMEOUT.as_secs(),
+                        self.log.display()
+                    ));
+                }
+                Err(_) => {}
+            }
+            if let Some(status) = child
+                .try_wait()
+                .context(|| format!("cannot watch {}", self.name))?
+            {
+                self.child = None;
+                return fail(format!(
+                    "{} exited at start ({status}):\n{}",
+                    self.name,
+                    log_tail(&self.log)
+                ));
+            }
+            thread::sleep(POLL_PAUSE);
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the daemon is running").id()
+    }
+
+    pub fn connect(&self) -> Result<Client> {
+        let stream = UnixStream::connect(&self.socket)
+            .context(|| format!("cannot connect to {}", self.socket.display()))?;
+        Client::new(stream, self.name)
+    }
+
+    /// SIGTERM, then waits for a clean exit.
+    pub fn stop(&mut self) -> Result<()> {
+        let child = self.child.as_mut().expect("the daemon is running");
+        crate::sys::send_signal(child.id(), Signal::SIGTERM)
+            .context(|| format!("cannot send SIGTERM to {}", self.name))?;
+        let deadline = Instant::now() + PROCESS_TIMEOUT;
+        let status = loop {
+            if let Some(status) = child
+                .try_wait()
+                .context(|| format!("cannot watch {}", self.name))?
+            {
+                break status;
+            }
+            if Instant::now() > deadline {
+                return fail(format!(
+                    "{} did not stop within {} s of SIGTERM",
+                    self.name,
+                    PROCESS_TIMEOUT.as_secs()
+                ));
+            }
+            thread::sleep(POLL_PAUSE);
+        };
+        self.child = None;
+        if !status.success() {
+            return fail(format!(
+                "{} stopped with {status}:\n{}",
+                self.name,
+                log_tail(&self.log)
+            ));
+        }
+        Ok(())
+    }
+
+    /// kill -9 and reaps it, as a crash (nothing if it does not run).
+    pub fn kill(&mut self) -> Result<()> {
+        if let Some(mut child) = self.child.take() {
+            child
+                .kill()
+                .and_then(|()| child.wait())
+                .context(|| format!("cannot kill {}", self.name))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.kill();
+    }
+}
 
 /// The scratch directory of one bench process, holding a root per run;
 /// removed when dropped.

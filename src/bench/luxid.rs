@@ -50,20 +50,21 @@
 //! resent, every job loaded after a restart): a wrong answer stops the
 //! bench with an error (exit 1). A missed target is reported, not an error.
 
-use std::fs::{self, File, OpenOptions};
-use std::os::unix::net::UnixStream;
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::harness::{self, Client, POLL_PAUSE, Workspace, frame, fsync_cost};
+use super::harness::{
+    self, Client, Daemon, POLL_PAUSE, PROCESS_TIMEOUT, Workspace, frame, fsync_cost,
+};
 use super::{
     CommandLine, Context as BenchContext, Measure, Report, Target, Unit, counted, grouped,
     percentile, print_mode, print_summary,
 };
-use super::{Error, RUNS_DEFAULT, Result, WithContext as _, age, fail, file_system, log_tail};
+use super::{Error, RUNS_DEFAULT, Result, WithContext as _, age, fail, file_system};
 use crate::bench;
 use crate::jobs::opcode::{OP_EXEC, OP_TEST_DELAY, with_submit_reason};
 use crate::jobs::{Job, JobId, LOG_MESSAGE, LogEntry, QueuedOpcode, Status, Timestamp};
@@ -71,7 +72,6 @@ use crate::liveness::job_livelock_name;
 use crate::paths::{LIVELOCK_DIR, QUEUE_DIR, SETTINGS_FILE};
 use crate::protocol::luxi::LuxiRequest;
 use crate::queue::{Queue, encode_job, job_path};
-use nix::sys::signal::Signal;
 use rayon::prelude::*;
 use serde_json::{Value, json};
 
@@ -97,9 +97,6 @@ const THROUGHPUT_CLIENTS: usize = 8;
 /// The duration of every `OP_TEST_DELAY` the bench submits, in seconds.
 const DELAY_SECONDS: f64 = 0.001;
 
-/// Longest wait for a daemon to answer after a spawn, or to exit after
-/// SIGTERM (a restart reads the whole queue).
-const PROCESS_TIMEOUT: Duration = Duration::from_secs(60);
 /// The `WaitForJobChange` timeout of `latency`: far above a job of 1 ms, so
 /// a wait that times out means a stuck job (an error).
 const LATENCY_WAIT_SECONDS: f64 = 10.0;
@@ -861,8 +858,8 @@ impl Cluster {
         }
         fs::write(&settings, text).context(|| format!("cannot write {}", settings.display()))?;
         Ok(Cluster {
-            wconfd: Daemon::new("wconfd", &bench.wconfd, &dir, &root),
-            luxid: Daemon::new("luxid", &bench.luxid, &dir, &root),
+            wconfd: daemon("wconfd", &bench.wconfd, &dir, &root),
+            luxid: daemon("luxid", &bench.luxid, &dir, &root),
             root,
             dir,
         })
@@ -915,11 +912,23 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        self.luxid.kill();
-        self.wconfd.kill();
+        let _ = self.luxid.kill();
+        let _ = self.wconfd.kill();
         remove_files_in_parallel(&self.root.join(QUEUE_DIR));
         let _ = fs::remove_dir_all(&self.dir);
     }
+}
+
+/// One of a cluster's daemons: `<binary> --root <root>`, its log in `dir`.
+fn daemon(name: &'static str, binary: &Path, dir: &Path, root: &Path) -> Daemon {
+    Daemon::new(
+        name,
+        binary,
+        "--root",
+        root,
+        root.join("socket").join(format!("{name}.sock")),
+        dir.join(format!("{name}.log")),
+    )
 }
 
 /// Removes the files of `dir` (best effort), [`REMOVE_THREADS`] at a time:
@@ -942,139 +951,6 @@ fn remove_files_in_parallel(dir: &Path) {
             let _ = fs::remove_file(path);
         });
     });
-}
-
-/// One daemon of a root: `<binary> --root <root>`, its stderr in
-/// `<dir>/<name>.log`, ready once its socket accepts.
-struct Daemon {
-    name: &'static str,
-    binary: PathBuf,
-    root: PathBuf,
-    socket: PathBuf,
-    log: PathBuf,
-    child: Option<Child>,
-}
-
-impl Daemon {
-    fn new(name: &'static str, binary: &Path, dir: &Path, root: &Path) -> Daemon {
-        Daemon {
-            name,
-            binary: binary.to_owned(),
-            root: root.to_owned(),
-            socket: root.join("socket").join(format!("{name}.sock")),
-            log: dir.join(format!("{name}.log")),
-            child: None,
-        }
-    }
-
-    /// Starts the daemon and waits until it accepts a connection.
-    fn spawn(&mut self) -> Result<()> {
-        self.spawn_process()?;
-        self.wait_ready().map(drop)
-    }
-
-    fn spawn_process(&mut self) -> Result<()> {
-        assert!(self.child.is_none(), "one {} per root", self.name);
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .context(|| format!("cannot open {}", self.log.display()))?;
-        let child = Command::new(&self.binary)
-            .arg("--root")
-            .arg(&self.root)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .context(|| format!("cannot start {}", self.binary.display()))?;
-        self.child = Some(child);
-        Ok(())
-    }
-
-    /// Connects as soon as the daemon accepts: it binds its socket only
-    /// once it is ready to serve.
-    fn wait_ready(&mut self) -> Result<Client> {
-        let deadline = Instant::now() + PROCESS_TIMEOUT;
-        let child = self.child.as_mut().expect("the daemon was spawned");
-        loop {
-            match UnixStream::connect(&self.socket) {
-                Ok(stream) => return Client::new(stream, self.name),
-                Err(error) if Instant::now() > deadline => {
-                    return fail(format!(
-                        "{} did not accept within {} s ({error}); log: {}",
-                        self.name,
-                        PROCESS_TIMEOUT.as_secs(),
-                        self.log.display()
-                    ));
-                }
-                Err(_) => {}
-            }
-            if let Some(status) = child
-                .try_wait()
-                .context(|| format!("cannot watch {}", self.name))?
-            {
-                self.child = None;
-                return fail(format!(
-                    "{} exited at start ({status}):\n{}",
-                    self.name,
-                    log_tail(&self.log)
-                ));
-            }
-            thread::sleep(POLL_PAUSE);
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().expect("the daemon is running").id()
-    }
-
-    fn connect(&self) -> Result<Client> {
-        let stream = UnixStream::connect(&self.socket)
-            .context(|| format!("cannot connect to {}", self.socket.display()))?;
-        Client::new(stream, self.name)
-    }
-
-    /// SIGTERM, then waits for a clean exit.
-    fn stop(&mut self) -> Result<()> {
-        let child = self.child.as_mut().expect("the daemon is running");
-        crate::sys::send_signal(child.id(), Signal::SIGTERM)
-            .context(|| format!("cannot send SIGTERM to {}", self.name))?;
-        let deadline = Instant::now() + PROCESS_TIMEOUT;
-        let status = loop {
-            if let Some(status) = child
-                .try_wait()
-                .context(|| format!("cannot watch {}", self.name))?
-            {
-                break status;
-            }
-            if Instant::now() > deadline {
-                return fail(format!(
-                    "{} did not stop within {} s of SIGTERM",
-                    self.name,
-                    PROCESS_TIMEOUT.as_secs()
-                ));
-            }
-            thread::sleep(POLL_PAUSE);
-        };
-        self.child = None;
-        if !status.success() {
-            return fail(format!(
-                "{} stopped with {status}:\n{}",
-                self.name,
-                log_tail(&self.log)
-            ));
-        }
-        Ok(())
-    }
-
-    /// kill -9, if it runs: the end of a failed run.
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------

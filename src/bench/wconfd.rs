@@ -43,7 +43,6 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
@@ -51,12 +50,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::harness::{self, Client, POLL_PAUSE, REPLY_TIMEOUT, Workspace, frame, fsync_cost};
+use super::harness::{self, Client, Daemon, REPLY_TIMEOUT, Workspace, frame, fsync_cost};
 use super::{
     CommandLine, Context as BenchContext, Measure, Report, Target, Unit, counted, grouped,
     percentile, print_mode, print_summary,
 };
-use super::{RUNS_DEFAULT, Result, WithContext as _, age, fail, file_system, log_tail};
+use super::{RUNS_DEFAULT, Result, WithContext as _, age, fail, file_system};
 use crate::bench;
 use crate::liveness::Livelock;
 use crate::locks::{Entry, LockName, Owner};
@@ -66,7 +65,6 @@ use crate::paths::{
 use crate::protocol::ETX;
 use crate::protocol::wconfd::WconfdRequest;
 use crate::store::lock_state::{JOURNAL_HEADER_BYTES, RECORD_HEADER_BYTES};
-use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
 const USAGE: &str = "\
@@ -85,9 +83,6 @@ const DEATH_P99_SECONDS_MAX: f64 = 0.050;
 /// The waiter's `awaitLocks` timeout in `death`: far above any plausible
 /// detection time, so a timeout means detection failed.
 const AWAIT_TIMEOUT_MS: u64 = 5_000;
-/// Longest wait for wconfd to answer after a spawn, or to exit after SIGTERM
-/// (a restart replays the whole journal).
-const PROCESS_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bytes per append of the fsync probe: about one journal record of the
 /// lock loop.
 const FSYNC_RECORD_BYTES: usize = 100;
@@ -861,14 +856,11 @@ fn hold_livelock(dir: &Path, name: &str) -> Result<()> {
 /// own. The daemon is killed and the root removed when this is dropped.
 struct Wconfd {
     kind: ServerKind,
-    binary: PathBuf,
+    daemon: Daemon,
     /// Holds the root and wconfd's log.
     dir: PathBuf,
     root: PathBuf,
-    socket: PathBuf,
     livelock_dir: PathBuf,
-    log: PathBuf,
-    child: Option<Child>,
 }
 
 /// What answers on the socket.
@@ -889,19 +881,24 @@ impl Wconfd {
         let dir = bench.workspace.next_run_dir();
         let root = dir.join("root");
         fs::create_dir_all(&root).context(|| format!("cannot create {}", root.display()))?;
-        let binary = match kind {
-            ServerKind::Wconfd => bench.wconfd.clone(),
-            ServerKind::Null => bench.exe.clone(),
+        let (binary, flag) = match kind {
+            ServerKind::Wconfd => (&bench.wconfd, "--root"),
+            ServerKind::Null => (&bench.exe, "--null-server"),
         };
+        let daemon = Daemon::new(
+            "wconfd",
+            binary,
+            flag,
+            &root,
+            root.join(SOCKET_PATH),
+            dir.join("wconfd.log"),
+        );
         let mut wconfd = Wconfd {
             kind,
-            binary,
-            socket: root.join(SOCKET_PATH),
+            daemon,
             livelock_dir: root.join(LIVELOCK_DIR),
-            log: dir.join("wconfd.log"),
             root,
             dir,
-            child: None,
         };
         wconfd.spawn()?;
         Ok(wconfd)
@@ -910,53 +907,8 @@ impl Wconfd {
     /// Starts wconfd on the root and answers the time from the spawn to its
     /// first `echo` reply.
     fn spawn(&mut self) -> Result<Duration> {
-        assert!(self.child.is_none(), "one wconfd per root");
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .context(|| format!("cannot open {}", self.log.display()))?;
         let spawned = Instant::now();
-        let root_flag = match self.kind {
-            ServerKind::Wconfd => "--root",
-            ServerKind::Null => "--null-server",
-        };
-        let child = Command::new(&self.binary)
-            .arg(root_flag)
-            .arg(&self.root)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .context(|| format!("cannot start {}", self.binary.display()))?;
-        let child = self.child.insert(child);
-        let deadline = spawned + PROCESS_TIMEOUT;
-        let mut client = loop {
-            // Connecting is the readiness signal: wconfd binds only once its
-            // state is loaded and cleaned.
-            match UnixStream::connect(&self.socket) {
-                Ok(stream) => break Client::new(stream, "wconfd")?,
-                Err(error) if Instant::now() > deadline => {
-                    return fail(format!(
-                        "wconfd did not accept within {} s ({error}); log: {}",
-                        PROCESS_TIMEOUT.as_secs(),
-                        self.log.display()
-                    ));
-                }
-                Err(_) => {}
-            }
-            if let Some(status) = child
-                .try_wait()
-                .context(|| "cannot watch wconfd".to_owned())?
-            {
-                self.child = None;
-                return fail(format!(
-                    "wconfd exited at start ({status}):\n{}",
-                    log_tail(&self.log)
-                ));
-            }
-            thread::sleep(POLL_PAUSE);
-        };
+        let mut client = self.daemon.spawn()?;
         let echo =
             result_of(client.call(&frame(&WconfdRequest::Echo("ready?".to_owned()).encode()))?)?;
         let elapsed = spawned.elapsed();
@@ -966,60 +918,23 @@ impl Wconfd {
         Ok(elapsed)
     }
 
-    /// SIGTERM, then waits for a clean exit.
     fn stop(&mut self) -> Result<()> {
-        let child = self.child.as_mut().expect("wconfd is running");
-        crate::sys::send_signal(child.id(), Signal::SIGTERM)
-            .context(|| "cannot send SIGTERM to wconfd".to_owned())?;
-        let deadline = Instant::now() + PROCESS_TIMEOUT;
-        let status = loop {
-            if let Some(status) = child
-                .try_wait()
-                .context(|| "cannot watch wconfd".to_owned())?
-            {
-                break status;
-            }
-            if Instant::now() > deadline {
-                return fail(format!(
-                    "wconfd did not stop within {} s of SIGTERM",
-                    PROCESS_TIMEOUT.as_secs()
-                ));
-            }
-            thread::sleep(POLL_PAUSE);
-        };
-        self.child = None;
-        if !status.success() {
-            return fail(format!(
-                "wconfd stopped with {status}:\n{}",
-                log_tail(&self.log)
-            ));
-        }
-        Ok(())
+        self.daemon.stop()
     }
 
     /// kill -9, as a crash: the next start replays the journal.
     fn kill(&mut self) -> Result<()> {
-        let mut child = self.child.take().expect("wconfd is running");
-        child
-            .kill()
-            .and_then(|()| child.wait())
-            .context(|| "cannot kill wconfd".to_owned())?;
-        Ok(())
+        self.daemon.kill()
     }
 
     fn connect(&self) -> Result<Client> {
-        let stream = UnixStream::connect(&self.socket)
-            .context(|| format!("cannot connect to {}", self.socket.display()))?;
-        Client::new(stream, "wconfd")
+        self.daemon.connect()
     }
 }
 
 impl Drop for Wconfd {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        let _ = self.daemon.kill();
         let _ = fs::remove_dir_all(&self.dir);
     }
 }
