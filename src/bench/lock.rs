@@ -26,10 +26,7 @@ use std::hint::black_box;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use super::{
-    CommandLine, Context, Measure, Report, Target, Unit, counted, grouped, print_mode,
-    print_summary,
-};
+use super::{CommandLine, Context, Measure, Report, Target, Unit, counted, grouped, print_mode};
 use crate::bench;
 use crate::locks::{Entry, LockError, LockManager, LockName, Owner, Update};
 
@@ -51,21 +48,13 @@ pub fn main() -> ExitCode {
         "lock-bench",
         USAGE,
         |args| CommandLine::parse("lock-bench", args, RUNS_DEFAULT, |_, _| Ok(false)),
-        |options| {
-            bench(&options);
-            Ok(())
-        },
+        |options| bench(&options),
     )
 }
 
-fn bench(options: &Options) {
+fn bench(options: &Options) -> super::Result<()> {
     print_context(options);
-    let reports: Vec<Report> = options
-        .scenarios
-        .iter()
-        .map(|scenario| run_scenario(*scenario, options))
-        .collect();
-    print_summary(&reports, options.runs, options.quick);
+    options.run(|scenario| Ok(run_scenario(scenario, options)))
 }
 
 // ---------------------------------------------------------------------------

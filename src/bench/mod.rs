@@ -282,7 +282,7 @@ pub fn print_runs(series: &[Series], runs: usize) {
 
 /// The medians of every scenario's figures against their targets; a quick
 /// run's figures mean nothing, so its targets are not judged.
-pub fn print_summary(reports: &[Report], runs: usize, quick: bool) {
+fn print_summary(reports: &[Report], runs: usize, quick: bool) {
     println!("\n== summary: medians of {}", counted(runs, "run"));
     let rows: Vec<[String; 5]> = reports
         .iter()
@@ -443,6 +443,18 @@ pub struct CommandLine<S> {
 }
 
 impl<S: Scenario> CommandLine<S> {
+    /// Runs every scenario named, in order, and prints the summary of
+    /// their reports: the one driver of every bench binary.
+    pub fn run(&self, mut scenario: impl FnMut(S) -> Result<Report>) -> Result<()> {
+        let reports = self
+            .scenarios
+            .iter()
+            .map(|&named| scenario(named))
+            .collect::<Result<Vec<Report>>>()?;
+        print_summary(&reports, self.runs, self.quick);
+        Ok(())
+    }
+
     /// Parses `args` (without the program name); `None` for `--help`.
     /// Every argument that is neither a scenario nor a shared option goes
     /// to `own` with the arguments after it (for a value): it answers

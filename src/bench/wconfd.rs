@@ -53,7 +53,7 @@ use std::time::{Duration, Instant};
 use super::harness::{self, Client, Daemon, REPLY_TIMEOUT, Workspace, frame, fsync_cost};
 use super::{
     CommandLine, Context as BenchContext, Measure, Report, Target, Unit, counted, grouped,
-    percentile, print_mode, print_summary,
+    percentile, print_mode,
 };
 use super::{RUNS_DEFAULT, Result, WithContext as _, age, fail, file_system};
 use crate::bench;
@@ -109,14 +109,9 @@ pub fn main() -> ExitCode {
 fn bench(options: &Options) -> Result<()> {
     let bench = Bench::new(options)?;
     print_context(&bench)?;
-    let reports = options
+    options
         .shared
-        .scenarios
-        .iter()
-        .map(|scenario| run_scenario(*scenario, &bench))
-        .collect::<Result<Vec<Report>>>()?;
-    print_summary(&reports, options.shared.runs, options.shared.quick);
-    Ok(())
+        .run(|scenario| run_scenario(scenario, &bench))
 }
 
 // ---------------------------------------------------------------------------
