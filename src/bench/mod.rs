@@ -3,9 +3,9 @@
 //!
 //! A scenario's run yields [`Measure`]s; a [`Report`] gathers every run of
 //! one scenario into a [`Series`] per figure, [`print_runs`] shows them with
-//! their medians, and [`CommandLine::run`] ends with a summary that judges the medians against their
-//! targets. [`Context`] is what a figure needs beside it to mean something
-//! later.
+//! their medians, and [`CommandLine::run`] ends with a summary that
+//! judges the medians against their targets. [`Context`] is what a figure
+//! needs beside it to mean something later.
 
 pub mod harness;
 pub mod lock;
