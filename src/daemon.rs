@@ -5,7 +5,7 @@
 use std::fs::{self, DirBuilder};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use mio::net::{UnixListener, UnixStream};
@@ -15,6 +15,66 @@ use crate::limits::{CONNECTION_BUFFER_RETAINED_BYTES_MAX, RELEASE_MEMORY_AFTER_A
 use crate::liveness::{self, Livelock};
 use crate::protocol::{WireError, encode_failure};
 use crate::sys::{self, PeerCredentials};
+
+/// Why a daemon cannot start or must stop: the one error type of wconfd
+/// and luxid (each uses the variants that concern it).
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Settings(#[from] crate::settings::SettingsError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Queue(#[from] crate::queue::QueueError),
+    #[error("another {daemon} is running on {root} (it holds {lock})")]
+    AlreadyRunning {
+        daemon: &'static str,
+        root: PathBuf,
+        lock: PathBuf,
+    },
+    #[error("wconfd must run on the same root first: {0}")]
+    NoWconfd(crate::client::ClientError),
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    /// wconfd's lock state in memory is ahead of the disk (D8): wconfd
+    /// stops, and a restart loads everything it ever acknowledged.
+    #[error(
+        "the lock state could not be made durable in {path}: {source}; wconfd stops (a restart loads every change it acknowledged)"
+    )]
+    Journal { path: PathBuf, source: io::Error },
+}
+
+/// An I/O failure of `what` on `path`, as a [`DaemonError`].
+pub fn io_error<'a>(
+    what: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(io::Error) -> DaemonError + 'a {
+    move |source| DaemonError::Io {
+        what,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Waits for events of `poll` until `timeout`; a signal's interruption is
+/// a wake-up with no events.
+pub fn wait_for_events(
+    poll: &mut mio::Poll,
+    events: &mut mio::Events,
+    timeout: Option<std::time::Duration>,
+) -> Result<(), DaemonError> {
+    match poll.poll(events, timeout) {
+        Err(error) if error.kind() == io::ErrorKind::Interrupted => {
+            events.clear();
+            Ok(())
+        }
+        result => result.map_err(io_error("cannot poll", Path::new("epoll"))),
+    }
+}
 
 /// Creates a directory with `mode` unless it exists.
 pub fn make_dir(path: &Path, mode: u32) -> io::Result<()> {

@@ -11,43 +11,19 @@ mod server;
 mod wconfd_link;
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::paths::{LIVELOCK_DIR, LUXID_SOCKET_PATH, SOCKET_DIR};
-use crate::queue::{Queue, QueueError};
-use crate::settings::{Settings, SettingsError};
-use crate::store::StoreError;
+use crate::queue::Queue;
+use crate::settings::Settings;
 
 pub use server::Server;
 
 /// The runner's executable name, looked up beside luxid's own.
 pub const RUNNER_NAME: &str = "job-runner";
 
-#[derive(Debug, thiserror::Error)]
-pub enum DaemonError {
-    #[error(transparent)]
-    Settings(#[from] SettingsError),
-    #[error(transparent)]
-    Queue(#[from] QueueError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("wconfd must run on the same root first: {0}")]
-    NoWconfd(crate::client::ClientError),
-    #[error("{what} {path}: {source}")]
-    Io {
-        what: &'static str,
-        path: PathBuf,
-        source: io::Error,
-    },
-}
-
-fn io_error<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> DaemonError + 'a {
-    move |source| DaemonError::Io {
-        what,
-        path: path.to_owned(),
-        source,
-    }
-}
+pub use crate::daemon::DaemonError;
+use crate::daemon::io_error;
 
 /// Runs luxid on `root` until SIGTERM or SIGINT.
 pub fn run(root: &Path) -> Result<(), DaemonError> {

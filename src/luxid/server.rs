@@ -237,12 +237,7 @@ impl Server {
         self.finish_turn();
         while !self.stopping {
             let timeout = self.next_wakeup();
-            if let Err(error) = self.poll.poll(&mut events, timeout) {
-                if error.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(io_error("cannot poll", Path::new("epoll"))(error));
-            }
+            daemon::wait_for_events(&mut self.poll, &mut events, timeout)?;
             for event in events.iter() {
                 match event.token() {
                     connection::LISTENER => {

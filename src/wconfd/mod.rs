@@ -10,13 +10,11 @@
 mod server;
 
 use std::fs::{self, File, OpenOptions};
-use std::io;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::settings::{Settings, SettingsError};
-use crate::store::StoreError;
+use crate::settings::Settings;
 use crate::store::config::ConfigStore;
 use crate::store::lock_state::LockStore;
 
@@ -24,35 +22,8 @@ pub use server::Server;
 
 use crate::paths::{LIVELOCK_DIR, SOCKET_DIR, WCONFD_INSTANCE_LOCK_FILE, WCONFD_SOCKET_PATH};
 
-#[derive(Debug, thiserror::Error)]
-pub enum DaemonError {
-    #[error(transparent)]
-    Settings(#[from] SettingsError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("another wconfd is running on {0} (it holds {1})")]
-    AlreadyRunning(PathBuf, PathBuf),
-    #[error("{what} {path}: {source}")]
-    Io {
-        what: &'static str,
-        path: PathBuf,
-        source: io::Error,
-    },
-    /// The lock state in memory is ahead of the disk (D8): wconfd stops,
-    /// and a restart loads everything it ever acknowledged.
-    #[error(
-        "the lock state could not be made durable in {path}: {source}; wconfd stops (a restart loads every change it acknowledged)"
-    )]
-    Journal { path: PathBuf, source: io::Error },
-}
-
-fn io_error<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> DaemonError + 'a {
-    move |source| DaemonError::Io {
-        what,
-        path: path.to_owned(),
-        source,
-    }
-}
+pub use crate::daemon::DaemonError;
+use crate::daemon::io_error;
 
 /// Seconds since the epoch, as Ganeti's timestamps.
 pub(crate) fn unix_now() -> f64 {
@@ -151,9 +122,11 @@ fn take_instance_lock(root: &Path) -> Result<File, DaemonError> {
         .map_err(io_error("cannot open", &path))?;
     match file.try_lock() {
         Ok(()) => Ok(file),
-        Err(fs::TryLockError::WouldBlock) => {
-            Err(DaemonError::AlreadyRunning(root.to_owned(), path))
-        }
+        Err(fs::TryLockError::WouldBlock) => Err(DaemonError::AlreadyRunning {
+            daemon: "wconfd",
+            root: root.to_owned(),
+            lock: path,
+        }),
         Err(fs::TryLockError::Error(error)) => Err(io_error("cannot lock", &path)(error)),
     }
 }
