@@ -39,3 +39,4 @@ pub mod store;
 pub mod sys;
 pub mod torture;
 pub mod wconfd;
+pub mod workers;

@@ -297,6 +297,21 @@ pub const DAEMON_READY_RETRY_PAUSE: Duration = Duration::from_millis(5);
 /// kills it.
 pub const DAEMON_STOP_GRACE: Duration = Duration::from_secs(10);
 
+// Workers (WORKERS.md).
+
+/// Workers one job may ask for (`count`): Boruta has no limit, but a
+/// request of hundreds is a mistake, and the all-or-nothing match costs
+/// a sort of the fitting workers each time one becomes idle.
+pub const WORKERS_PER_JOB_MAX: usize = 64;
+
+/// Groups of one worker or one request: a handful in every farm, and the
+/// match compares them for every idle worker.
+pub const WORKER_GROUPS_MAX: usize = 256;
+
+/// Workers in one page of `listWorkers` (Boruta's 16-bit limit); a limit
+/// of 0 or above means this.
+pub const WORKERS_PAGE_MAX: usize = 65_535;
+
 // Durable state (`store`).
 
 /// Largest journal record accepted when reading; a longer length field is

@@ -1,0 +1,615 @@
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::*;
+
+fn caps(uuid: &str, more: &[(&str, &str)]) -> BTreeMap<String, String> {
+    let mut caps: BTreeMap<String, String> = more
+        .iter()
+        .map(|(key, value)| (key.to_string(), value.to_string()))
+        .collect();
+    caps.insert(UUID_CAP.to_owned(), uuid.to_owned());
+    caps
+}
+
+fn groups(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|name| name.to_string()).collect()
+}
+
+/// A registry with checked invariants after every change.
+struct Farm {
+    registry: Registry,
+    now: f64,
+}
+
+impl Farm {
+    fn new() -> Farm {
+        Farm {
+            registry: Registry::new(),
+            now: 100.0,
+        }
+    }
+
+    fn tick(&mut self) -> f64 {
+        self.now += 1.0;
+        self.now
+    }
+
+    fn checked<T>(&mut self, result: T) -> T {
+        self.registry.check_invariants();
+        result
+    }
+
+    fn register(&mut self, uuid: &str, prepare: Option<&[&str]>) -> Vec<Effect> {
+        let now = self.tick();
+        let prepare = prepare.map(|argv| argv.iter().map(|arg| arg.to_string()).collect());
+        let effects = self
+            .registry
+            .register(caps(uuid, &[]), Some(groups(&["farm"])), None, prepare, now)
+            .expect("registered");
+        self.checked(effects)
+    }
+
+    fn state(&mut self, uuid: &str, state: &str, kill: bool) -> Result<Vec<Effect>, WorkerError> {
+        let now = self.tick();
+        let result = self.registry.set_state(uuid, state, kill, now);
+        self.checked(result)
+    }
+
+    fn fail(&mut self, uuid: &str, reason: &str) -> Result<Vec<Effect>, WorkerError> {
+        let now = self.tick();
+        let result = self.registry.set_fail(uuid, reason, now);
+        self.checked(result)
+    }
+
+    fn idle(&mut self, uuid: &str) {
+        self.register(uuid, None);
+        let effects = self.state(uuid, "IDLE", false).expect("to IDLE");
+        assert_eq!(effects, vec![idle(uuid)]);
+    }
+
+    fn assign(&mut self, job: JobId, uuids: &[&str]) {
+        let now = self.tick();
+        let uuids: Vec<String> = uuids.iter().map(|uuid| uuid.to_string()).collect();
+        self.registry.assign(job, &uuids, now).expect("assigned");
+        self.registry.check_invariants();
+    }
+
+    fn release(&mut self, job: JobId, status: &str) -> Vec<Effect> {
+        let now = self.tick();
+        let effects = self.registry.release(job, status, now);
+        self.checked(effects)
+    }
+
+    fn state_of(&self, uuid: &str) -> State {
+        self.registry.get(uuid).expect("registered").state
+    }
+}
+
+fn idle(uuid: &str) -> Effect {
+    Effect::Idle {
+        uuid: uuid.to_owned(),
+    }
+}
+
+fn prepare(uuid: &str) -> Effect {
+    Effect::Prepare {
+        uuid: uuid.to_owned(),
+        argv: vec!["/bin/reset".to_owned()],
+    }
+}
+
+#[test]
+fn a_new_worker_starts_in_maintenance_and_needs_its_uuid() {
+    let mut farm = Farm::new();
+    assert_eq!(farm.register("b1", None), vec![]);
+    assert_eq!(farm.state_of("b1"), State::Maintenance);
+    let missing = farm
+        .registry
+        .register(BTreeMap::new(), None, None, None, 1.0);
+    assert_eq!(missing, Err(WorkerError::MissingUuid));
+    assert_eq!(
+        WorkerError::MissingUuid.to_string(),
+        "Capabilities are missing UUID entry"
+    );
+    assert_eq!(farm.registry.len(), 1);
+}
+
+#[test]
+fn maintenance_to_idle_goes_through_prepare() {
+    let mut farm = Farm::new();
+    farm.register("b1", Some(&["/bin/reset"]));
+    assert_eq!(farm.state("b1", "IDLE", false), Ok(vec![prepare("b1")]));
+    assert_eq!(farm.state_of("b1"), State::Prepare);
+    // Asked again while preparing: unchanged, success.
+    assert_eq!(farm.state("b1", "IDLE", false), Ok(vec![]));
+    let now = farm.tick();
+    assert_eq!(farm.registry.prepared("b1", Ok(()), now), vec![idle("b1")]);
+    assert_eq!(farm.state_of("b1"), State::Idle);
+}
+
+#[test]
+fn a_failed_prepare_fails_the_worker_with_its_reason() {
+    let mut farm = Farm::new();
+    farm.register("b1", Some(&["/bin/reset"]));
+    farm.state("b1", "IDLE", false).expect("to PREPARE");
+    let now = farm.tick();
+    assert_eq!(
+        farm.registry
+            .prepared("b1", Err("exit status 3".to_owned()), now),
+        vec![]
+    );
+    let worker = farm.registry.get("b1").expect("registered");
+    assert_eq!(worker.state, State::Failed);
+    assert_eq!(
+        worker.fail_reason.as_deref(),
+        Some("prepare failed: exit status 3")
+    );
+}
+
+#[test]
+fn to_idle_is_refused_from_every_state_but_maintenance_and_prepare() {
+    let mut farm = Farm::new();
+    farm.idle("b1");
+    assert_eq!(
+        farm.state("b1", "IDLE", false),
+        Err(WorkerError::InvalidTransition)
+    );
+    farm.assign(1, &["b1"]);
+    assert_eq!(
+        farm.state("b1", "IDLE", false),
+        Err(WorkerError::InvalidTransition)
+    );
+    farm.state("b1", "MAINTENANCE", false).expect("to BUSY");
+    assert_eq!(farm.state_of("b1"), State::Busy);
+    assert_eq!(
+        farm.state("b1", "IDLE", false),
+        Err(WorkerError::InvalidTransition)
+    );
+    farm.idle("b2");
+    farm.fail("b2", "smoke").expect("failed");
+    assert_eq!(
+        farm.state("b2", "IDLE", false),
+        Err(WorkerError::InvalidTransition)
+    );
+}
+
+#[test]
+fn only_idle_and_maintenance_may_be_asked_for_before_the_lookup() {
+    let mut farm = Farm::new();
+    for state in ["RUNNING", "FAILED", "PREPARE", "BUSY", "idle", ""] {
+        assert_eq!(
+            farm.state("nobody", state, false),
+            Err(WorkerError::OnlyIdleOrMaintenance)
+        );
+    }
+    assert_eq!(
+        farm.state("nobody", "IDLE", false),
+        Err(WorkerError::NotFound)
+    );
+    assert_eq!(
+        WorkerError::OnlyIdleOrMaintenance.to_string(),
+        "Only state changes to IDLE and MAINTENANCE are allowed"
+    );
+}
+
+#[test]
+fn maintenance_of_a_held_worker_waits_for_its_holder() {
+    let mut farm = Farm::new();
+    farm.register("b1", Some(&["/bin/reset"]));
+    farm.state("b1", "IDLE", false).expect("to PREPARE");
+    let now = farm.tick();
+    farm.registry.prepared("b1", Ok(()), now);
+    farm.assign(7, &["b1"]);
+    assert_eq!(farm.state("b1", "MAINTENANCE", false), Ok(vec![]));
+    assert_eq!(farm.state_of("b1"), State::Busy);
+    // Asked again: unchanged, success.
+    assert_eq!(farm.state("b1", "MAINTENANCE", false), Ok(vec![]));
+    // The holder ends: MAINTENANCE, not PREPARE.
+    assert_eq!(farm.release(7, "success"), vec![]);
+    let worker = farm.registry.get("b1").expect("registered");
+    assert_eq!(worker.state, State::Maintenance);
+    assert_eq!(worker.holder, None);
+    assert_eq!(worker.history.len(), 1);
+    assert_eq!(worker.history[0].job, 7);
+    assert_eq!(worker.history[0].status, "success");
+}
+
+#[test]
+fn maintenance_with_kill_ends_the_holder() {
+    let mut farm = Farm::new();
+    farm.idle("b1");
+    farm.assign(7, &["b1"]);
+    assert_eq!(
+        farm.state("b1", "MAINTENANCE", true),
+        Ok(vec![Effect::KillHolder {
+            job: 7,
+            reason: "worker b1 put in MAINTENANCE".to_owned()
+        }])
+    );
+    assert_eq!(farm.state_of("b1"), State::Busy);
+}
+
+#[test]
+fn fail_kills_the_holder_and_is_forbidden_in_maintenance() {
+    let mut farm = Farm::new();
+    farm.register("b1", None);
+    assert_eq!(
+        farm.fail("b1", "smoke"),
+        Err(WorkerError::FailInMaintenance)
+    );
+    farm.state("b1", "IDLE", false).expect("to IDLE");
+    farm.assign(9, &["b1"]);
+    assert_eq!(
+        farm.fail("b1", "no power"),
+        Ok(vec![Effect::KillHolder {
+            job: 9,
+            reason: "worker b1 failed: no power".to_owned()
+        }])
+    );
+    let worker = farm.registry.get("b1").expect("registered");
+    assert_eq!(worker.state, State::Failed);
+    assert_eq!(worker.holder, None);
+    assert_eq!(worker.fail_reason.as_deref(), Some("no power"));
+    // The killed holder's end later changes nothing.
+    assert_eq!(farm.release(9, "error"), vec![]);
+    assert_eq!(farm.state_of("b1"), State::Failed);
+    assert_eq!(farm.fail("nobody", "x"), Err(WorkerError::NotFound));
+}
+
+#[test]
+fn a_newer_state_preempts_a_running_prepare() {
+    let mut farm = Farm::new();
+    farm.register("b1", Some(&["/bin/reset"]));
+    farm.state("b1", "IDLE", false).expect("to PREPARE");
+    assert_eq!(
+        farm.fail("b1", "smoke"),
+        Ok(vec![Effect::CancelPrepare {
+            uuid: "b1".to_owned()
+        }])
+    );
+    assert_eq!(farm.state_of("b1"), State::Failed);
+    // The canceled prepare's late end changes nothing.
+    let now = farm.tick();
+    assert_eq!(farm.registry.prepared("b1", Ok(()), now), vec![]);
+    assert_eq!(farm.state_of("b1"), State::Failed);
+
+    farm.register("b2", Some(&["/bin/reset"]));
+    farm.state("b2", "IDLE", false).expect("to PREPARE");
+    assert_eq!(
+        farm.state("b2", "MAINTENANCE", false),
+        Ok(vec![Effect::CancelPrepare {
+            uuid: "b2".to_owned()
+        }])
+    );
+    assert_eq!(farm.state_of("b2"), State::Maintenance);
+}
+
+#[test]
+fn registering_again() {
+    let mut farm = Farm::new();
+    // FAILED, same caps and address: prepared again.
+    farm.idle("b1");
+    farm.fail("b1", "smoke").expect("failed");
+    assert_eq!(farm.register("b1", None), vec![idle("b1")]);
+    assert_eq!(farm.state_of("b1"), State::Idle);
+    // Nothing changed: unchanged.
+    assert_eq!(farm.register("b1", None), vec![]);
+    assert_eq!(farm.state_of("b1"), State::Idle);
+    // Other caps: MAINTENANCE, caps updated.
+    let now = farm.tick();
+    let effects = farm
+        .registry
+        .register(caps("b1", &[("arch", "arm64")]), None, None, None, now)
+        .expect("registered");
+    farm.registry.check_invariants();
+    assert_eq!(effects, vec![]);
+    let worker = farm.registry.get("b1").expect("registered");
+    assert_eq!(worker.state, State::Maintenance);
+    assert_eq!(worker.caps.get("arch").map(String::as_str), Some("arm64"));
+    assert_eq!(worker.groups, groups(&["farm"]), "null groups keep them");
+    // Held, then another address: BUSY first.
+    farm.state("b1", "IDLE", false).expect("to IDLE");
+    farm.assign(3, &["b1"]);
+    let now = farm.tick();
+    farm.registry
+        .register(
+            caps("b1", &[("arch", "arm64")]),
+            None,
+            Some("b1.lab:5555".to_owned()),
+            None,
+            now,
+        )
+        .expect("registered");
+    farm.registry.check_invariants();
+    assert_eq!(farm.state_of("b1"), State::Busy);
+    assert_eq!(farm.release(3, "success"), vec![]);
+    assert_eq!(farm.state_of("b1"), State::Maintenance);
+}
+
+#[test]
+fn addresses_of_the_host_port_form_need_a_real_port() {
+    let mut registry = Registry::new();
+    for bad in ["host:0", "host:65536", "10.0.0.1:99999"] {
+        assert_eq!(
+            registry.register(caps("b1", &[]), None, Some(bad.to_owned()), None, 1.0),
+            Err(WorkerError::BadAddress(bad.to_owned()))
+        );
+    }
+    assert!(registry.is_empty(), "a refused registration adds nothing");
+    for good in [
+        "host:22",
+        "/dev/ttyUSB0",
+        "http://b1:8080/x",
+        "b1",
+        "[::1]:443",
+    ] {
+        registry
+            .register(caps(good, &[]), None, Some(good.to_owned()), None, 1.0)
+            .expect("a good address");
+    }
+}
+
+#[test]
+fn deregister_only_from_maintenance_or_failed() {
+    let mut farm = Farm::new();
+    farm.idle("b1");
+    assert_eq!(
+        farm.registry.deregister("b1"),
+        Err(WorkerError::NotFailedOrMaintenance)
+    );
+    farm.fail("b1", "smoke").expect("failed");
+    assert_eq!(farm.registry.deregister("b1"), Ok(()));
+    assert_eq!(farm.registry.deregister("b1"), Err(WorkerError::NotFound));
+    farm.register("b2", None);
+    assert_eq!(farm.registry.deregister("b2"), Ok(()));
+    assert!(farm.registry.is_empty());
+}
+
+#[test]
+fn the_holder_s_end_prepares_its_workers() {
+    let mut farm = Farm::new();
+    farm.register("b1", Some(&["/bin/reset"]));
+    farm.state("b1", "IDLE", false).expect("to PREPARE");
+    let now = farm.tick();
+    farm.registry.prepared("b1", Ok(()), now);
+    farm.idle("b2");
+    farm.assign(4, &["b1", "b2"]);
+    assert_eq!(farm.registry.held_by(4).count(), 2);
+    let effects = farm.release(4, "canceled");
+    assert_eq!(effects, vec![prepare("b1"), idle("b2")]);
+    assert_eq!(farm.state_of("b1"), State::Prepare);
+    assert_eq!(farm.state_of("b2"), State::Idle);
+    assert_eq!(farm.registry.held_by(4).count(), 0);
+}
+
+#[test]
+fn the_history_keeps_the_last_twenty_holders() {
+    let mut farm = Farm::new();
+    farm.idle("b1");
+    for job in 1..=25 {
+        farm.assign(job, &["b1"]);
+        farm.release(job, "success");
+    }
+    let history = &farm.registry.get("b1").expect("registered").history;
+    assert_eq!(history.len(), HISTORY_MAX);
+    assert_eq!(history.front().map(|holding| holding.job), Some(6));
+    assert_eq!(history.back().map(|holding| holding.job), Some(25));
+}
+
+#[test]
+fn assign_is_all_or_nothing() {
+    let mut farm = Farm::new();
+    farm.idle("b1");
+    farm.register("b2", None);
+    let now = farm.tick();
+    assert_eq!(
+        farm.registry
+            .assign(1, &["b1".to_owned(), "b2".to_owned()], now),
+        Err(WorkerError::InvalidTransition)
+    );
+    assert_eq!(farm.state_of("b1"), State::Idle, "nothing was assigned");
+    farm.registry.check_invariants();
+}
+
+// ----- matching -----
+
+fn matching_farm() -> Registry {
+    let mut registry = Registry::new();
+    type Spec<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a [&'a str]);
+    let workers: [Spec<'_>; 4] = [
+        ("d", &[("arch", "arm64"), ("gpu", "yes")], &["lab"]),
+        ("c", &[("arch", "arm64")], &["lab", "ci"]),
+        ("b", &[("arch", "arm64")], &["lab"]),
+        ("a", &[("arch", "x86")], &["lab"]),
+    ];
+    for (uuid, more, names) in workers {
+        registry
+            .register(caps(uuid, more), Some(groups(names)), None, None, 1.0)
+            .expect("registered");
+        registry.set_state(uuid, "IDLE", false, 2.0).expect("idle");
+    }
+    registry.check_invariants();
+    registry
+}
+
+fn request(names: &[&str], more: &[(&str, &str)], count: u64) -> Request {
+    let caps = more
+        .iter()
+        .map(|(key, value)| (key.to_string(), value.to_string()))
+        .collect();
+    Request::new(groups(names), caps, Some(count)).expect("a good request")
+}
+
+#[test]
+fn the_least_capable_fitting_worker_wins_ties_to_the_smallest_uuid() {
+    let registry = matching_farm();
+    // b and c both fit arm64; b has fewer groups.
+    assert_eq!(
+        registry.best_fit(&request(&[], &[("arch", "arm64")], 1)),
+        Some(vec!["b".to_owned()])
+    );
+    // a and b score alike (2 caps, 1 group): the smaller uuid.
+    assert_eq!(
+        registry.best_fit(&request(&["lab"], &[], 1)),
+        Some(vec!["a".to_owned()])
+    );
+    assert_eq!(
+        registry.best_fit(&request(&["ci"], &[], 1)),
+        Some(vec!["c".to_owned()])
+    );
+    assert_eq!(
+        registry.best_fit(&request(&[], &[("arch", "arm64")], 3)),
+        Some(vec!["b".to_owned(), "c".to_owned(), "d".to_owned()])
+    );
+    assert_eq!(
+        registry.best_fit(&request(&[], &[("arch", "arm64")], 4)),
+        None,
+        "all or nothing"
+    );
+    assert_eq!(registry.best_fit(&request(&["other"], &[], 1)), None);
+}
+
+#[test]
+fn only_idle_workers_are_handed_out_but_any_counts_as_possible() {
+    let mut registry = matching_farm();
+    registry
+        .assign(1, &["d".to_owned()], 3.0)
+        .expect("assigned");
+    let gpu = request(&[], &[("gpu", "yes")], 1);
+    assert_eq!(registry.best_fit(&gpu), None);
+    assert!(registry.could_ever_fit(&gpu));
+    assert!(!registry.could_ever_fit(&request(&[], &[("gpu", "no")], 1)));
+    assert!(!registry.could_ever_fit(&request(&[], &[("arch", "arm64")], 4)));
+}
+
+#[test]
+fn requests_are_checked() {
+    assert_eq!(
+        Request::new(BTreeSet::new(), BTreeMap::new(), None).map(|request| request.count),
+        Ok(1)
+    );
+    assert!(Request::new(BTreeSet::new(), BTreeMap::new(), Some(0)).is_err());
+    assert!(Request::new(BTreeSet::new(), BTreeMap::new(), Some(64)).is_ok());
+    let over = Request::new(BTreeSet::new(), BTreeMap::new(), Some(65));
+    assert_eq!(
+        over,
+        Err("workers: count 65 is over the limit of 64".to_owned())
+    );
+}
+
+#[test]
+fn set_groups_of_an_idle_worker_asks_for_a_new_match() {
+    let mut registry = matching_farm();
+    assert_eq!(
+        registry.set_groups("a", groups(&["ci"])),
+        Ok(vec![idle("a")])
+    );
+    assert_eq!(
+        registry.best_fit(&request(&["ci"], &[], 1)),
+        Some(vec!["a".to_owned()])
+    );
+    assert_eq!(
+        registry.set_groups("nobody", groups(&[])),
+        Err(WorkerError::NotFound)
+    );
+}
+
+// ----- listing -----
+
+fn uuids(listing: &list::Listing<'_>) -> Vec<String> {
+    listing
+        .workers
+        .iter()
+        .map(|worker| worker.uuid.clone())
+        .collect()
+}
+
+#[test]
+fn listing_filters_sorts_and_pages() {
+    let mut registry = matching_farm();
+    registry.assign(1, &["c".to_owned()], 3.0).expect("held");
+    let all = registry.list(&Filter::default(), Sort::default(), &Page::default());
+    assert_eq!(uuids(&all), ["a", "b", "c", "d"]);
+    assert_eq!((all.total, all.remaining), (4, 0));
+
+    let arm = Filter {
+        caps: caps("", &[("arch", "arm64")])
+            .into_iter()
+            .filter(|(key, _)| key != UUID_CAP)
+            .collect(),
+        ..Filter::default()
+    };
+    let listing = registry.list(&arm, Sort::default(), &Page::default());
+    assert_eq!(uuids(&listing), ["b", "c", "d"]);
+    let running = Filter {
+        states: [State::Running].into_iter().collect(),
+        ..Filter::default()
+    };
+    assert_eq!(
+        uuids(&registry.list(&running, Sort::default(), &Page::default())),
+        ["c"]
+    );
+
+    // By state, descending: RUNNING > IDLE; uuid breaks ties (reversed too).
+    let by_state = Sort {
+        item: SortItem::State,
+        order: Order::Descending,
+    };
+    assert_eq!(
+        uuids(&registry.list(&Filter::default(), by_state, &Page::default())),
+        ["c", "d", "b", "a"]
+    );
+    let by_groups = Sort {
+        item: SortItem::Groups,
+        order: Order::Ascending,
+    };
+    // ["ci", "lab"] sorts before ["lab"].
+    assert_eq!(
+        uuids(&registry.list(&Filter::default(), by_groups, &Page::default())),
+        ["c", "a", "b", "d"]
+    );
+    assert_eq!(SortItem::parse("GrOuPs"), Ok(SortItem::Groups));
+    assert_eq!(SortItem::parse("caps"), Err(WorkerError::UnknownSortItem));
+
+    // Pages of two, forward then backward, the anchor never in the page.
+    let page = |after: Option<&str>, direction| Page {
+        after: after.map(str::to_owned),
+        direction,
+        limit: 2,
+    };
+    let first = registry.list(
+        &Filter::default(),
+        Sort::default(),
+        &page(None, Direction::Forward),
+    );
+    assert_eq!(
+        (uuids(&first), first.remaining),
+        (vec!["a".into(), "b".into()], 2)
+    );
+    let second = registry.list(
+        &Filter::default(),
+        Sort::default(),
+        &page(Some("b"), Direction::Forward),
+    );
+    assert_eq!(
+        (uuids(&second), second.remaining),
+        (vec!["c".into(), "d".into()], 0)
+    );
+    let back = registry.list(
+        &Filter::default(),
+        Sort::default(),
+        &page(Some("d"), Direction::Backward),
+    );
+    assert_eq!(
+        (uuids(&back), back.remaining),
+        (vec!["b".into(), "c".into()], 1)
+    );
+    // An anchor that is gone still places the page.
+    let gone = registry.list(
+        &Filter::default(),
+        Sort::default(),
+        &page(Some("bb"), Direction::Forward),
+    );
+    assert_eq!(uuids(&gone), ["c", "d"]);
+    assert_eq!(gone.total, 4);
+}
