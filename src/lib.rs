@@ -1,7 +1,7 @@
 //! warden: a job executor with a lock-daemon core.
 //!
 //! The library holds everything the binaries in `bin/` run: the pure lock
-//! core ([`locks`]), the wire protocol ([`protocol`]), LUXI's generic
+//! core ([`locks`]), the pure worker registry ([`workers`]), the wire protocol ([`protocol`]), LUXI's generic
 //! query and its filter language ([`query`]), a client of both
 //! daemons ([`client`]), the `warden` command ([`cli`]), what both daemons
 //! share at their edges ([`daemon`]), durable files
