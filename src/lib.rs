@@ -1,8 +1,9 @@
 //! warden: a job executor with a lock-daemon core.
 //!
 //! The library holds everything the binaries in `bin/` run: the pure lock
-//! core ([`locks`]), the pure worker registry ([`workers`]), the wire protocol ([`protocol`]), LUXI's generic
-//! query and its filter language ([`query`]), a client of both
+//! core ([`locks`]), the pure worker registry ([`workers`]), the wire
+//! protocol ([`protocol`]), LUXI's generic query and its filter language
+//! ([`query`]), a client of both
 //! daemons ([`client`]), the `warden` command ([`cli`]), what both daemons
 //! share at their edges ([`daemon`]), durable files
 //! ([`store`]), the wconfd daemon ([`wconfd`]), the job runner that runs
