@@ -613,3 +613,116 @@ fn listing_filters_sorts_and_pages() {
     assert_eq!(uuids(&gone), ["c", "d"]);
     assert_eq!(gone.total, 4);
 }
+
+// ----- every sequence keeps the invariants -----
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const UUIDS: [&str; 4] = ["w0", "w1", "w2", "w3"];
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        Register {
+            uuid: usize,
+            arm: bool,
+            prepare: bool,
+        },
+        Deregister(usize),
+        SetState {
+            uuid: usize,
+            idle: bool,
+            kill: bool,
+        },
+        Fail(usize),
+        Prepared {
+            uuid: usize,
+            ok: bool,
+        },
+        Match {
+            job: JobId,
+            count: usize,
+            arm: bool,
+        },
+        Release(JobId),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (0..4usize, any::<bool>(), any::<bool>())
+                .prop_map(|(uuid, arm, prepare)| Step::Register { uuid, arm, prepare }),
+            (0..4usize).prop_map(Step::Deregister),
+            (0..4usize, any::<bool>(), any::<bool>())
+                .prop_map(|(uuid, idle, kill)| Step::SetState { uuid, idle, kill }),
+            (0..4usize).prop_map(Step::Fail),
+            (0..4usize, any::<bool>()).prop_map(|(uuid, ok)| Step::Prepared { uuid, ok }),
+            (1..4u64, 1..3usize, any::<bool>()).prop_map(|(job, count, arm)| Step::Match {
+                job,
+                count,
+                arm
+            }),
+            (1..4u64).prop_map(Step::Release),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn the_invariants_hold_after_every_step(steps in prop::collection::vec(step(), 1..60)) {
+            let mut registry = Registry::new();
+            let mut now = 0.0;
+            for step in steps {
+                now += 1.0;
+                match step {
+                    Step::Register { uuid, arm, prepare } => {
+                        let more: &[(&str, &str)] = if arm { &[("arch", "arm64")] } else { &[] };
+                        let argv = prepare.then(|| vec!["/bin/reset".to_owned()]);
+                        registry
+                            .register(caps(UUIDS[uuid], more), None, None, argv, now)
+                            .expect("a good registration");
+                    }
+                    Step::Deregister(uuid) => {
+                        let before = registry.get(UUIDS[uuid]).map(|worker| worker.state);
+                        let result = registry.deregister(UUIDS[uuid]);
+                        prop_assert_eq!(
+                            result.is_ok(),
+                            matches!(before, Some(State::Maintenance | State::Failed))
+                        );
+                    }
+                    Step::SetState { uuid, idle, kill } => {
+                        let state = if idle { "IDLE" } else { "MAINTENANCE" };
+                        let _ = registry.set_state(UUIDS[uuid], state, kill, now);
+                    }
+                    Step::Fail(uuid) => {
+                        let _ = registry.set_fail(UUIDS[uuid], "smoke", now);
+                    }
+                    Step::Prepared { uuid, ok } => {
+                        let outcome = if ok { Ok(()) } else { Err("exit 1".to_owned()) };
+                        registry.prepared(UUIDS[uuid], outcome, now);
+                    }
+                    Step::Match { job, count, arm } => {
+                        if registry.held_by(job).count() == 0 {
+                            let more: &[(&str, &str)] = if arm { &[("arch", "arm64")] } else { &[] };
+                            let wanted = request(&[], more, count as u64);
+                            if let Some(uuids) = registry.best_fit(&wanted) {
+                                prop_assert_eq!(uuids.len(), count);
+                                for uuid in &uuids {
+                                    let worker = registry.get(uuid).expect("listed");
+                                    prop_assert_eq!(worker.state, State::Idle);
+                                    prop_assert!(worker.could_fit(&wanted));
+                                }
+                                registry.assign(job, &uuids, now).expect("IDLE workers");
+                            }
+                        }
+                    }
+                    Step::Release(job) => {
+                        registry.release(job, "success", now);
+                        prop_assert_eq!(registry.held_by(job).count(), 0);
+                    }
+                }
+                registry.check_invariants();
+            }
+        }
+    }
+}
