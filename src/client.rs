@@ -392,7 +392,7 @@ impl Client {
     fn malformed(&self, what: &str, answer: &Value) -> ClientError {
         self.protocol_error(format!(
             "{what} answered {}",
-            crate::protocol::shortened(&answer.to_string())
+            crate::text::shortened(&answer.to_string())
         ))
     }
 

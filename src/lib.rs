@@ -38,6 +38,7 @@ pub mod store;
 // The one module allowed `unsafe`, each use with its reason there.
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod text;
 pub mod torture;
 pub mod wconfd;
 pub mod workers;

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::{JobId, Status};
 use crate::locks::{LockName, Mode};
-use crate::protocol::shortened;
+use crate::text::shortened;
 
 pub const OP_TEST_DELAY: &str = "OP_TEST_DELAY";
 pub const OP_EXEC: &str = "OP_EXEC";

@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::limits::LOCK_NAME_BYTES_MAX;
+use crate::text::shortened;
 
 /// A lock level, as `freeLocksLevel` and `downGradeLocksLevel` name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -47,7 +48,7 @@ impl Level {
         Level::ALL
             .into_iter()
             .find(|level| level.as_str() == text)
-            .ok_or_else(|| NameError::UnknownLevel(truncated(text)))
+            .ok_or_else(|| NameError::UnknownLevel(shortened(text)))
     }
 }
 
@@ -106,27 +107,13 @@ impl fmt::Display for NameError {
 
 impl std::error::Error for NameError {}
 
-/// Error texts quote at most this much of a bad name.
-const QUOTED_BYTES_MAX: usize = 200;
-
-fn truncated(text: &str) -> String {
-    if text.len() <= QUOTED_BYTES_MAX {
-        return text.to_owned();
-    }
-    let mut end = QUOTED_BYTES_MAX;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &text[..end])
-}
-
 impl LockName {
     /// Parses the wire form `"<level>/<name>"`.
     pub fn parse(text: &str) -> Result<LockName, NameError> {
         if text.len() > LOCK_NAME_BYTES_MAX {
             return Err(NameError::TooLong(text.len()));
         }
-        let malformed = || NameError::Malformed(truncated(text));
+        let malformed = || NameError::Malformed(shortened(text));
         let (level, member) = text.split_once('/').ok_or_else(malformed)?;
         let level = Level::parse(level).map_err(|_| malformed())?;
         if member.is_empty() {

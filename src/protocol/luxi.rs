@@ -16,10 +16,11 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Args, Request, WireError, shortened};
+use super::{Args, Request, WireError};
 use crate::jobs::opcode::SUBMIT_PRIORITIES;
 use crate::jobs::{FIELDS, JobId};
 use crate::limits::{QUERY_FIELDS_MAX, SUBMIT_MANY_JOBS_MAX, WAIT_FOR_CHANGE_SECONDS_MAX};
+use crate::text::shortened;
 
 /// Every LUXI method luxid serves.
 #[derive(Clone, Debug, PartialEq)]

@@ -12,8 +12,6 @@ pub mod wconfd;
 
 use serde_json::{Value, json};
 
-use crate::limits::QUOTED_CHARS_MAX;
-
 pub use frame::{ETX, FrameError, FrameReader};
 
 /// A request as it arrives: a method name and positional arguments.
@@ -174,15 +172,6 @@ impl<'a> Args<'a> {
             .as_array()
             .map(Vec::as_slice)
             .ok_or_else(|| self.bad(index, "is not a list"))
-    }
-}
-
-/// A client's string as an error text quotes it: at most
-/// [`QUOTED_CHARS_MAX`] characters, then `...`.
-pub fn shortened(text: &str) -> String {
-    match text.char_indices().nth(QUOTED_CHARS_MAX) {
-        Some((end, _)) => format!("{}...", &text[..end]),
-        None => text.to_owned(),
     }
 }
 

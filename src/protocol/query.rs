@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{Args, WireError, shortened};
+use super::{Args, WireError};
 use crate::limits::{
     QUERY_FIELDS_MAX, QUERY_FILTER_NODES_MAX, QUERY_FILTER_REGEX_BYTES_MAX,
     QUERY_FILTER_REGEXES_MAX,
@@ -15,6 +15,7 @@ use crate::limits::{
 use crate::query::FieldDef;
 use crate::query::filter::{Comparison, Datum, Filter, Literal, Pattern};
 use crate::query::jobs::{Answer, Cell, QueryError};
+use crate::text::shortened;
 
 /// The resources Ganeti's query knows; warden answers `job`.
 const GANETI_RESOURCES: [&str; 10] = [

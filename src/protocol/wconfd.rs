@@ -4,10 +4,11 @@
 
 use serde_json::{Value, json};
 
-use super::{Args, Request, WireError, shortened};
+use super::{Args, Request, WireError};
 use crate::locks::{
     Action, Entry, Ident, Level, LockError, LockName, Mode, Owner, PendingRequest, Priority,
 };
+use crate::text::shortened;
 
 /// Limits the decoder enforces, from the settings.
 #[derive(Clone, Copy, Debug)]
