@@ -12,6 +12,7 @@
 //! 4. A worker's history holds at most [`HISTORY_MAX`] entries.
 
 mod list;
+mod matcher;
 #[cfg(test)]
 mod tests;
 
@@ -22,6 +23,9 @@ use crate::jobs::JobId;
 use crate::limits::{WORKER_GROUPS_MAX, WORKERS_PER_JOB_MAX};
 
 pub use list::{Direction, Filter, Order, Page, Sort, SortItem};
+pub use matcher::Waiter;
+
+use matcher::Matcher;
 
 /// The capability naming a worker.
 pub const UUID_CAP: &str = "UUID";
@@ -99,6 +103,9 @@ pub struct Worker {
     pub held_since: f64,
     /// When the state began.
     pub since: f64,
+    /// Numbers the worker's prepares: a prepare's end counts only for the
+    /// one under way.
+    pub prepare_seq: u64,
     pub history: VecDeque<Holding>,
 }
 
@@ -119,7 +126,7 @@ impl Worker {
 }
 
 /// What a job asks for, from the `"workers"` field of its first opcode.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Request {
     /// Any of these (empty: any group).
     pub groups: BTreeSet<String>,
@@ -174,6 +181,7 @@ pub enum WorkerError {
     BadAddress(String),
     TooManyGroups(usize),
     EmptyPrepare,
+    NeverFits,
 }
 
 impl fmt::Display for WorkerError {
@@ -200,24 +208,105 @@ impl fmt::Display for WorkerError {
                 write!(f, "{count} groups, over the limit of {WORKER_GROUPS_MAX}")
             }
             WorkerError::EmptyPrepare => f.write_str("prepare must name a program"),
+            WorkerError::NeverFits => f.write_str(NO_WORKER_MATCHES),
         }
     }
 }
 
 impl std::error::Error for WorkerError {}
 
-/// What the registry's owner must do after a change (in order).
+/// What the registry's owner must do, or may want to know, after a change
+/// (in order).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Effect {
     /// Run the worker's `prepare` argv as a job of its own; report its end
-    /// with [`Registry::prepared`].
-    Prepare { uuid: String, argv: Vec<String> },
-    /// A prepare under way lost to a newer state: cancel its job.
-    CancelPrepare { uuid: String },
-    /// The worker became IDLE: a waiting job may now fit.
+    /// with [`Registry::prepared`] and the same `seq`.
+    Prepare {
+        uuid: String,
+        seq: u64,
+        argv: Vec<String>,
+    },
+    /// The prepare `seq` under way lost to a newer state: cancel its job.
+    CancelPrepare { uuid: String, seq: u64 },
+    /// The worker became IDLE (Boruta's `OnWorkerIdle`); the registry has
+    /// already given it to the first waiting job it fits, if any.
     Idle { uuid: String },
-    /// The holder must die: it ends `error` with this reason.
-    KillHolder { job: JobId, reason: String },
+    /// The worker became FAILED (Boruta's `OnWorkerFail`).
+    Failed { uuid: String },
+    /// The job got these workers: start it.
+    Assigned { job: JobId, uuids: Vec<String> },
+    /// The job must end `error` with this reason: it held a worker that
+    /// failed or was taken into maintenance with `kill`, or it waits for
+    /// workers that no registered worker can ever be.
+    EndJob { job: JobId, reason: String },
+}
+
+/// Boruta's `WorkerChange` listener: what a change of the registry tells
+/// those who react to it, called with each [`Effect`] once the change is
+/// durable. Every method has a no-op default.
+pub trait WorkerChange {
+    fn worker_idle_notification(&mut self, _uuid: &str) {}
+    fn worker_fail_notification(&mut self, _uuid: &str) {}
+    fn workers_assigned_notification(&mut self, _job: JobId, _uuids: &[String]) {}
+    fn job_end_notification(&mut self, _job: JobId, _reason: &str) {}
+    fn prepare_notification(&mut self, _uuid: &str, _seq: u64, _argv: &[String]) {}
+    fn cancel_prepare_notification(&mut self, _uuid: &str, _seq: u64) {}
+}
+
+impl Effect {
+    /// Tells `listener` of this effect.
+    pub fn notify(&self, listener: &mut dyn WorkerChange) {
+        match self {
+            Effect::Prepare { uuid, seq, argv } => listener.prepare_notification(uuid, *seq, argv),
+            Effect::CancelPrepare { uuid, seq } => listener.cancel_prepare_notification(uuid, *seq),
+            Effect::Idle { uuid } => listener.worker_idle_notification(uuid),
+            Effect::Failed { uuid } => listener.worker_fail_notification(uuid),
+            Effect::Assigned { job, uuids } => listener.workers_assigned_notification(*job, uuids),
+            Effect::EndJob { job, reason } => listener.job_end_notification(*job, reason),
+        }
+    }
+}
+
+/// One call of the registry, as its journal records it: replaying the
+/// calls in order, each with its `now`, rebuilds the registry.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WorkerOp {
+    Register {
+        caps: BTreeMap<String, String>,
+        groups: Option<BTreeSet<String>>,
+        address: Option<String>,
+        prepare: Option<Vec<String>>,
+    },
+    Deregister {
+        uuid: String,
+    },
+    SetState {
+        uuid: String,
+        state: String,
+        kill: bool,
+    },
+    SetFail {
+        uuid: String,
+        reason: String,
+    },
+    SetGroups {
+        uuid: String,
+        groups: BTreeSet<String>,
+    },
+    Request {
+        job: JobId,
+        priority: i64,
+        request: Request,
+    },
+    Release {
+        job: JobId,
+        status: String,
+    },
+    Prepared {
+        uuid: String,
+        seq: u64,
+        outcome: Result<(), String>,
+    },
 }
 
 /// The registry.
@@ -226,11 +315,27 @@ pub struct Registry {
     workers: BTreeMap<String, Worker>,
     /// Each holder's workers.
     holdings: BTreeMap<JobId, BTreeSet<String>>,
+    matcher: Matcher,
+    /// Jobs told to end `error` ([`Effect::EndJob`]), until their release.
+    condemned: BTreeMap<JobId, String>,
+    /// Workers that became IDLE during the current call, to be matched.
+    became_idle: Vec<String>,
+    /// `[workers] quarantine_after` (0: off).
+    quarantine_after: usize,
 }
 
 impl Registry {
     pub fn new() -> Registry {
         Registry::default()
+    }
+
+    /// A registry that quarantines a worker after `after` holders in a
+    /// row ended in `error` (0: never).
+    pub fn with_quarantine_after(after: usize) -> Registry {
+        Registry {
+            quarantine_after: after,
+            ..Registry::default()
+        }
     }
 
     pub fn get(&self, uuid: &str) -> Option<&Worker> {
@@ -256,6 +361,63 @@ impl Registry {
             .into_iter()
             .flatten()
             .filter_map(|uuid| self.workers.get(uuid))
+    }
+
+    /// Every holder with its workers.
+    pub fn holdings(&self) -> impl Iterator<Item = (JobId, &BTreeSet<String>)> {
+        self.holdings.iter().map(|(job, uuids)| (*job, uuids))
+    }
+
+    /// The jobs waiting for workers, by job id.
+    pub fn waiters(&self) -> impl Iterator<Item = (JobId, &Waiter)> {
+        self.matcher.waiters()
+    }
+
+    pub fn waiter(&self, job: JobId) -> Option<&Waiter> {
+        self.matcher.waiter(job)
+    }
+
+    /// The jobs told to end `error`, with the reason, until released.
+    pub fn condemned(&self) -> impl Iterator<Item = (JobId, &str)> {
+        self.condemned
+            .iter()
+            .map(|(job, reason)| (*job, reason.as_str()))
+    }
+
+    pub fn idle_count(&self) -> usize {
+        self.matcher.idle_count()
+    }
+
+    /// Carries out one journaled call (the way wconfd's requests and its
+    /// replay change the registry alike).
+    pub fn apply(&mut self, op: &WorkerOp, now: f64) -> Result<Vec<Effect>, WorkerError> {
+        match op {
+            WorkerOp::Register {
+                caps,
+                groups,
+                address,
+                prepare,
+            } => self.register(
+                caps.clone(),
+                groups.clone(),
+                address.clone(),
+                prepare.clone(),
+                now,
+            ),
+            WorkerOp::Deregister { uuid } => self.deregister(uuid),
+            WorkerOp::SetState { uuid, state, kill } => self.set_state(uuid, state, *kill, now),
+            WorkerOp::SetFail { uuid, reason } => self.set_fail(uuid, reason, now),
+            WorkerOp::SetGroups { uuid, groups } => self.set_groups(uuid, groups.clone(), now),
+            WorkerOp::Request {
+                job,
+                priority,
+                request,
+            } => self.request(*job, *priority, request.clone(), now),
+            WorkerOp::Release { job, status } => Ok(self.release(*job, status, now)),
+            WorkerOp::Prepared { uuid, seq, outcome } => {
+                Ok(self.prepared(uuid, *seq, outcome.clone(), now))
+            }
+        }
     }
 
     // ----- the calls -----
@@ -285,7 +447,7 @@ impl Registry {
             return Err(WorkerError::EmptyPrepare);
         }
         let mut effects = Vec::new();
-        let Some(worker) = self.workers.get_mut(&uuid) else {
+        let Some(worker) = self.workers.get(&uuid) else {
             self.workers.insert(
                 uuid.clone(),
                 Worker {
@@ -299,39 +461,61 @@ impl Registry {
                     holder: None,
                     held_since: now,
                     since: now,
+                    prepare_seq: 0,
                     history: VecDeque::new(),
                 },
             );
             return Ok(effects);
         };
-        if let Some(groups) = groups {
-            worker.groups = groups;
-        }
-        worker.prepare = prepare;
         let changed = worker.caps != caps || worker.address != address;
+        let was_idle = worker.state == State::Idle;
         if changed {
-            worker.caps = caps;
-            worker.address = address;
             let state = if worker.holder.is_some() {
                 State::Busy
             } else {
                 State::Maintenance
             };
+            // Leaves the IDLE index under the caps it was filed with.
             self.enter(&uuid, state, now, &mut effects);
+        } else if was_idle {
+            self.matcher.remove_idle(worker);
+        }
+        let worker = self.workers.get_mut(&uuid).expect("looked up above");
+        if let Some(groups) = groups {
+            worker.groups = groups;
+        }
+        worker.prepare = prepare;
+        if changed {
+            worker.caps = caps;
+            worker.address = address;
+        } else if was_idle {
+            // Its groups may have changed: filed and matched again.
+            self.matcher.add_idle(&self.workers[&uuid]);
+            self.became_idle.push(uuid.clone());
         } else if worker.state == State::Failed {
             self.enter(&uuid, State::Prepare, now, &mut effects);
         }
+        self.settle(now, &mut effects);
         Ok(effects)
     }
 
-    /// `deregisterWorker`: only a MAINTENANCE or FAILED worker goes.
-    pub fn deregister(&mut self, uuid: &str) -> Result<(), WorkerError> {
+    /// `deregisterWorker`: only a MAINTENANCE or FAILED worker goes. Jobs
+    /// waiting for workers that no registered worker can be any more end.
+    pub fn deregister(&mut self, uuid: &str) -> Result<Vec<Effect>, WorkerError> {
         let worker = self.workers.get(uuid).ok_or(WorkerError::NotFound)?;
         if !matches!(worker.state, State::Maintenance | State::Failed) {
             return Err(WorkerError::NotFailedOrMaintenance);
         }
-        self.workers.remove(uuid);
-        Ok(())
+        let worker = self.workers.remove(uuid).expect("looked up above");
+        let mut effects = Vec::new();
+        for job in self.matcher.jobs_fitting(&worker) {
+            let request = &self.matcher.waiter(job).expect("just listed").request;
+            if !self.could_ever_fit(request) {
+                self.matcher.remove_waiter(job);
+                self.condemn(job, NO_WORKER_MATCHES.to_owned(), &mut effects);
+            }
+        }
+        Ok(effects)
     }
 
     /// `setWorkerState`: to IDLE (through PREPARE) from MAINTENANCE, or to
@@ -358,21 +542,23 @@ impl Registry {
             (State::Idle, _) => return Err(WorkerError::InvalidTransition),
             (_, State::Busy) => {
                 if kill {
-                    self.kill_holder(uuid, "put in MAINTENANCE", &mut effects);
+                    self.end_holder(uuid, "was put in MAINTENANCE", &mut effects);
                 }
             }
             (_, _) if worker.holder.is_some() => {
                 self.enter(uuid, State::Busy, now, &mut effects);
                 if kill {
-                    self.kill_holder(uuid, "put in MAINTENANCE", &mut effects);
+                    self.end_holder(uuid, "was put in MAINTENANCE", &mut effects);
                 }
             }
             (_, _) => self.enter(uuid, State::Maintenance, now, &mut effects),
         }
+        self.settle(now, &mut effects);
         Ok(effects)
     }
 
-    /// `setWorkerFail`: FAILED with `reason`; a holder is killed.
+    /// `setWorkerFail`: FAILED with `reason`; a holder is ended (and the
+    /// worker taken from it at once).
     pub fn set_fail(
         &mut self,
         uuid: &str,
@@ -385,9 +571,10 @@ impl Registry {
         }
         worker.fail_reason = Some(reason.to_owned());
         let mut effects = Vec::new();
-        self.kill_holder(uuid, &format!("failed: {reason}"), &mut effects);
+        self.end_holder(uuid, &format!("failed: {reason}"), &mut effects);
         self.release_holding(uuid, now, "error");
         self.enter(uuid, State::Failed, now, &mut effects);
+        self.settle(now, &mut effects);
         Ok(effects)
     }
 
@@ -396,43 +583,119 @@ impl Registry {
         &mut self,
         uuid: &str,
         groups: BTreeSet<String>,
+        now: f64,
     ) -> Result<Vec<Effect>, WorkerError> {
         if groups.len() > WORKER_GROUPS_MAX {
             return Err(WorkerError::TooManyGroups(groups.len()));
         }
-        let worker = self.workers.get_mut(uuid).ok_or(WorkerError::NotFound)?;
+        let worker = self.workers.get(uuid).ok_or(WorkerError::NotFound)?;
+        let idle = worker.state == State::Idle;
+        if idle {
+            self.matcher.remove_idle(worker);
+        }
+        let worker = self.workers.get_mut(uuid).expect("looked up above");
         worker.groups = groups;
-        Ok(if worker.state == State::Idle {
-            vec![Effect::Idle {
+        let mut effects = Vec::new();
+        if idle {
+            self.matcher.add_idle(&self.workers[uuid]);
+            self.became_idle.push(uuid.to_owned());
+            effects.push(Effect::Idle {
                 uuid: uuid.to_owned(),
-            }]
-        } else {
-            Vec::new()
-        })
+            });
+        }
+        self.settle(now, &mut effects);
+        Ok(effects)
     }
 
-    /// A prepare job ended: IDLE on success, FAILED with its reason.
-    /// Ignored unless the worker still prepares (a newer state won).
-    pub fn prepared(&mut self, uuid: &str, outcome: Result<(), String>, now: f64) -> Vec<Effect> {
+    /// The prepare job `seq` of a worker ended: IDLE on success, FAILED
+    /// with its reason. Ignored unless the worker still runs that prepare
+    /// (a newer state won, or it is an old one).
+    pub fn prepared(
+        &mut self,
+        uuid: &str,
+        seq: u64,
+        outcome: Result<(), String>,
+        now: f64,
+    ) -> Vec<Effect> {
         let mut effects = Vec::new();
-        if self.workers.get(uuid).map(|worker| worker.state) != Some(State::Prepare) {
-            return effects;
+        match self.workers.get(uuid) {
+            Some(worker) if worker.state == State::Prepare && worker.prepare_seq == seq => {}
+            _ => return effects,
         }
         match outcome {
             Ok(()) => self.enter(uuid, State::Idle, now, &mut effects),
             Err(reason) => {
-                // Not `enter`: the prepare ended by itself, nothing to cancel.
                 if let Some(worker) = self.workers.get_mut(uuid) {
                     worker.fail_reason = Some(format!("prepare failed: {reason}"));
-                    worker.state = State::Failed;
-                    worker.since = now;
                 }
+                // The prepare ended by itself: nothing to cancel.
+                self.enter_quietly(uuid, State::Failed, now, &mut effects);
             }
         }
+        self.settle(now, &mut effects);
         effects
     }
 
-    // ----- matching and holding -----
+    /// A job asks for workers: given the best IDLE ones at once if they
+    /// are there, else it waits in (priority, job) order. Asking again
+    /// changes the priority of a waiting job and nothing else. Refused if
+    /// no registered worker could ever fit.
+    pub fn request(
+        &mut self,
+        job: JobId,
+        priority: i64,
+        request: Request,
+        now: f64,
+    ) -> Result<Vec<Effect>, WorkerError> {
+        let mut effects = Vec::new();
+        if self.holdings.contains_key(&job) || self.condemned.contains_key(&job) {
+            return Ok(effects);
+        }
+        if let Some(waiter) = self.matcher.waiter(job) {
+            let request = waiter.request.clone();
+            self.matcher.add_waiter(job, priority, request);
+            return Ok(effects);
+        }
+        if !self.could_ever_fit(&request) {
+            return Err(WorkerError::NeverFits);
+        }
+        let shape_waits = self.matcher.first_of_shape(&request).is_some();
+        self.matcher.add_waiter(job, priority, request.clone());
+        // A shape with waiters already could not be served.
+        if !shape_waits {
+            self.serve_shape(&request, now, &mut effects);
+        }
+        Ok(effects)
+    }
+
+    /// The job ended (`status`: its final status), was canceled, or died:
+    /// it stops waiting, and each of its workers goes to PREPARE (BUSY ones
+    /// to MAINTENANCE, quarantined ones to FAILED). Releasing a job that
+    /// holds and waits for nothing changes nothing.
+    pub fn release(&mut self, job: JobId, status: &str, now: f64) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        self.matcher.remove_waiter(job);
+        self.condemned.remove(&job);
+        let uuids = self.holdings.get(&job).cloned().unwrap_or_default();
+        for uuid in uuids {
+            let busy = self.workers.get(&uuid).map(|worker| worker.state) == Some(State::Busy);
+            self.release_holding(&uuid, now, status);
+            if busy {
+                self.enter(&uuid, State::Maintenance, now, &mut effects);
+            } else if let Some(reason) = self.quarantine_reason(&uuid) {
+                if let Some(worker) = self.workers.get_mut(&uuid) {
+                    worker.fail_reason = Some(reason);
+                }
+                self.enter(&uuid, State::Failed, now, &mut effects);
+            } else {
+                self.enter(&uuid, State::Prepare, now, &mut effects);
+            }
+        }
+        self.settle(now, &mut effects);
+        effects
+    }
+
+    // ----- matching -----
 
     /// Whether some registered worker could fit `request`, whatever its
     /// state (a request none ever could is refused at submit).
@@ -448,27 +711,12 @@ impl Registry {
     /// The best IDLE workers for `request`: the `count` smallest by
     /// (score, uuid), or `None` if fewer fit (all or nothing).
     pub fn best_fit(&self, request: &Request) -> Option<Vec<String>> {
-        let mut fitting: Vec<&Worker> = self
-            .workers
-            .values()
-            .filter(|worker| worker.state == State::Idle && worker.could_fit(request))
-            .collect();
-        if fitting.len() < request.count {
-            return None;
-        }
-        fitting.sort_by(|a, b| a.score().cmp(&b.score()).then_with(|| a.uuid.cmp(&b.uuid)));
-        Some(
-            fitting
-                .into_iter()
-                .take(request.count)
-                .map(|worker| worker.uuid.clone())
-                .collect(),
-        )
+        self.matcher.best_fit(request, &self.workers)
     }
 
     /// Gives IDLE `uuids` to `job` (RUNNING). Refused whole if any is not
     /// IDLE.
-    pub fn assign(&mut self, job: JobId, uuids: &[String], now: f64) -> Result<(), WorkerError> {
+    fn assign(&mut self, job: JobId, uuids: &[String], now: f64) -> Result<(), WorkerError> {
         for uuid in uuids {
             match self.workers.get(uuid) {
                 None => return Err(WorkerError::NotFound),
@@ -480,34 +728,64 @@ impl Registry {
         }
         let mut effects = Vec::new();
         for uuid in uuids {
+            self.enter(uuid, State::Running, now, &mut effects);
             if let Some(worker) = self.workers.get_mut(uuid) {
                 worker.holder = Some(job);
                 worker.held_since = now;
             }
-            self.enter(uuid, State::Running, now, &mut effects);
             self.holdings.entry(job).or_default().insert(uuid.clone());
         }
         debug_assert!(effects.is_empty());
         Ok(())
     }
 
-    /// The holder `job` ended (`status`: its final status), was canceled,
-    /// or died: each of its workers goes to PREPARE (BUSY ones to
-    /// MAINTENANCE).
-    pub fn release(&mut self, job: JobId, status: &str, now: f64) -> Vec<Effect> {
-        let mut effects = Vec::new();
-        let uuids = self.holdings.get(&job).cloned().unwrap_or_default();
-        for uuid in uuids {
-            let busy = self.workers.get(&uuid).map(|worker| worker.state) == Some(State::Busy);
-            self.release_holding(&uuid, now, status);
-            let next = if busy {
-                State::Maintenance
-            } else {
-                State::Prepare
+    /// Serves the waiting jobs of `request`'s shape, first first, while
+    /// the IDLE workers last.
+    fn serve_shape(&mut self, request: &Request, now: f64, effects: &mut Vec<Effect>) {
+        while let Some((_, job)) = self.matcher.first_of_shape(request) {
+            let Some(uuids) = self.best_fit(request) else {
+                return;
             };
-            self.enter(&uuid, next, now, &mut effects);
+            self.matcher.remove_waiter(job);
+            self.assign(job, &uuids, now)
+                .expect("the best fit is of IDLE workers");
+            effects.push(Effect::Assigned { job, uuids });
         }
-        effects
+    }
+
+    /// Matches the workers that became IDLE during this call: each goes to
+    /// the first waiting job (by priority, then id) whose whole request can
+    /// be served, if any (Boruta's reaction to `OnWorkerIdle`).
+    fn settle(&mut self, now: f64, effects: &mut Vec<Effect>) {
+        while let Some(uuid) = self.became_idle.pop() {
+            loop {
+                let Some(worker) = self
+                    .workers
+                    .get(&uuid)
+                    .filter(|worker| worker.state == State::Idle)
+                else {
+                    break;
+                };
+                let mut served = false;
+                for (_, request) in self.matcher.shapes_fitting(worker) {
+                    if let Some(uuids) = self.best_fit(&request) {
+                        let (_, job) = self
+                            .matcher
+                            .first_of_shape(&request)
+                            .expect("a fitting shape has waiters");
+                        self.matcher.remove_waiter(job);
+                        self.assign(job, &uuids, now)
+                            .expect("the best fit is of IDLE workers");
+                        effects.push(Effect::Assigned { job, uuids });
+                        served = true;
+                        break;
+                    }
+                }
+                if !served {
+                    break;
+                }
+            }
+        }
     }
 
     // ----- inside -----
@@ -537,42 +815,89 @@ impl Registry {
         }
     }
 
-    fn kill_holder(&self, uuid: &str, why: &str, effects: &mut Vec<Effect>) {
+    /// The reason to quarantine a worker whose last `quarantine_after`
+    /// holders, all different jobs, ended in `error`.
+    fn quarantine_reason(&self, uuid: &str) -> Option<String> {
+        let after = self.quarantine_after;
+        let worker = self.workers.get(uuid)?;
+        if after == 0 || worker.history.len() < after {
+            return None;
+        }
+        let last: Vec<&Holding> = worker.history.iter().rev().take(after).collect();
+        let jobs: BTreeSet<JobId> = last.iter().map(|holding| holding.job).collect();
+        if jobs.len() < after || last.iter().any(|holding| holding.status != "error") {
+            return None;
+        }
+        let named: Vec<String> = last.iter().rev().map(|h| h.job.to_string()).collect();
+        Some(format!(
+            "quarantined: {after} holders in a row ended in error (jobs {})",
+            named.join(", ")
+        ))
+    }
+
+    fn end_holder(&mut self, uuid: &str, why: &str, effects: &mut Vec<Effect>) {
         if let Some(job) = self.workers.get(uuid).and_then(|worker| worker.holder) {
-            effects.push(Effect::KillHolder {
-                job,
-                reason: format!("worker {uuid} {why}"),
-            });
+            self.condemn(job, format!("worker {uuid} {why}"), effects);
         }
     }
 
-    /// Moves a worker into `state`, with what entering it asks for.
+    fn condemn(&mut self, job: JobId, reason: String, effects: &mut Vec<Effect>) {
+        if self.condemned.contains_key(&job) {
+            return; // told once: the first reason stands
+        }
+        self.condemned.insert(job, reason.clone());
+        effects.push(Effect::EndJob { job, reason });
+    }
+
+    /// Moves a worker into `state`, with what entering it asks for; a
+    /// running prepare it leaves is canceled.
     fn enter(&mut self, uuid: &str, state: State, now: f64, effects: &mut Vec<Effect>) {
+        if let Some(worker) = self.workers.get(uuid)
+            && worker.state == State::Prepare
+            && state != State::Idle
+            && state != State::Prepare
+            && worker.prepare.is_some()
+        {
+            effects.push(Effect::CancelPrepare {
+                uuid: uuid.to_owned(),
+                seq: worker.prepare_seq,
+            });
+        }
+        self.enter_quietly(uuid, state, now, effects);
+    }
+
+    /// [`Registry::enter`] without canceling a prepare.
+    fn enter_quietly(&mut self, uuid: &str, state: State, now: f64, effects: &mut Vec<Effect>) {
         let Some(worker) = self.workers.get_mut(uuid) else {
             return;
         };
-        let left = worker.state;
+        if worker.state == State::Idle && state != State::Idle {
+            self.matcher.remove_idle(worker);
+        }
+        let worker = self.workers.get_mut(uuid).expect("looked up above");
+        let was_idle = worker.state == State::Idle;
         worker.state = state;
         worker.since = now;
-        if left == State::Prepare && state != State::Idle && state != State::Prepare {
-            effects.push(Effect::CancelPrepare {
-                uuid: uuid.to_owned(),
-            });
-        }
         match state {
             State::Prepare => match worker.prepare.clone() {
-                Some(argv) => effects.push(Effect::Prepare {
-                    uuid: uuid.to_owned(),
-                    argv,
-                }),
-                None => {
-                    worker.state = State::Idle;
-                    effects.push(Effect::Idle {
+                Some(argv) => {
+                    worker.prepare_seq += 1;
+                    effects.push(Effect::Prepare {
                         uuid: uuid.to_owned(),
+                        seq: worker.prepare_seq,
+                        argv,
                     });
                 }
+                None => self.enter_quietly(uuid, State::Idle, now, effects),
             },
-            State::Idle => effects.push(Effect::Idle {
+            State::Idle if !was_idle => {
+                self.matcher.add_idle(&self.workers[uuid]);
+                self.became_idle.push(uuid.to_owned());
+                effects.push(Effect::Idle {
+                    uuid: uuid.to_owned(),
+                });
+            }
+            State::Failed => effects.push(Effect::Failed {
                 uuid: uuid.to_owned(),
             }),
             _ => {}
@@ -606,6 +931,10 @@ impl Registry {
         }
         for (job, held) in &self.holdings {
             assert!(!held.is_empty(), "job {job} holds no workers yet is listed");
+            assert!(
+                self.matcher.waiter(*job).is_none(),
+                "job {job} holds workers and waits"
+            );
             for uuid in held {
                 assert_eq!(
                     self.workers.get(uuid).and_then(|worker| worker.holder),
@@ -614,8 +943,26 @@ impl Registry {
                 );
             }
         }
+        for (job, _) in self.matcher.waiters() {
+            assert!(
+                !self.condemned.contains_key(&job),
+                "job {job} is told to end yet waits"
+            );
+        }
+        assert!(self.became_idle.is_empty(), "every IDLE worker was matched");
+        self.matcher.check_invariants(&self.workers);
+        // Nothing waits that the IDLE workers could serve now.
+        for (job, waiter) in self.matcher.waiters() {
+            assert!(
+                self.best_fit(&waiter.request).is_none(),
+                "job {job} waits, yet IDLE workers fit it"
+            );
+        }
     }
 }
+
+/// Why a waiting job ends when the last worker that could fit it goes.
+pub const NO_WORKER_MATCHES: &str = "no registered worker matches its workers request";
 
 /// A `host:port` address needs a port in 1-65535; any other form (a URL,
 /// a device path) is the operator's.

@@ -94,6 +94,7 @@ fn idle(uuid: &str) -> Effect {
 fn prepare(uuid: &str) -> Effect {
     Effect::Prepare {
         uuid: uuid.to_owned(),
+        seq: 1,
         argv: vec!["/bin/reset".to_owned()],
     }
 }
@@ -123,7 +124,10 @@ fn maintenance_to_idle_goes_through_prepare() {
     // Asked again while preparing: unchanged, success.
     assert_eq!(farm.state("b1", "IDLE", false), Ok(vec![]));
     let now = farm.tick();
-    assert_eq!(farm.registry.prepared("b1", Ok(()), now), vec![idle("b1")]);
+    assert_eq!(
+        farm.registry.prepared("b1", 1, Ok(()), now),
+        vec![idle("b1")]
+    );
     assert_eq!(farm.state_of("b1"), State::Idle);
 }
 
@@ -135,8 +139,10 @@ fn a_failed_prepare_fails_the_worker_with_its_reason() {
     let now = farm.tick();
     assert_eq!(
         farm.registry
-            .prepared("b1", Err("exit status 3".to_owned()), now),
-        vec![]
+            .prepared("b1", 1, Err("exit status 3".to_owned()), now),
+        vec![Effect::Failed {
+            uuid: "b1".to_owned()
+        }]
     );
     let worker = farm.registry.get("b1").expect("registered");
     assert_eq!(worker.state, State::Failed);
@@ -198,7 +204,7 @@ fn maintenance_of_a_held_worker_waits_for_its_holder() {
     farm.register("b1", Some(&["/bin/reset"]));
     farm.state("b1", "IDLE", false).expect("to PREPARE");
     let now = farm.tick();
-    farm.registry.prepared("b1", Ok(()), now);
+    farm.registry.prepared("b1", 1, Ok(()), now);
     farm.assign(7, &["b1"]);
     assert_eq!(farm.state("b1", "MAINTENANCE", false), Ok(vec![]));
     assert_eq!(farm.state_of("b1"), State::Busy);
@@ -221,9 +227,9 @@ fn maintenance_with_kill_ends_the_holder() {
     farm.assign(7, &["b1"]);
     assert_eq!(
         farm.state("b1", "MAINTENANCE", true),
-        Ok(vec![Effect::KillHolder {
+        Ok(vec![Effect::EndJob {
             job: 7,
-            reason: "worker b1 put in MAINTENANCE".to_owned()
+            reason: "worker b1 was put in MAINTENANCE".to_owned()
         }])
     );
     assert_eq!(farm.state_of("b1"), State::Busy);
@@ -241,10 +247,15 @@ fn fail_kills_the_holder_and_is_forbidden_in_maintenance() {
     farm.assign(9, &["b1"]);
     assert_eq!(
         farm.fail("b1", "no power"),
-        Ok(vec![Effect::KillHolder {
-            job: 9,
-            reason: "worker b1 failed: no power".to_owned()
-        }])
+        Ok(vec![
+            Effect::EndJob {
+                job: 9,
+                reason: "worker b1 failed: no power".to_owned()
+            },
+            Effect::Failed {
+                uuid: "b1".to_owned()
+            }
+        ])
     );
     let worker = farm.registry.get("b1").expect("registered");
     assert_eq!(worker.state, State::Failed);
@@ -263,14 +274,20 @@ fn a_newer_state_preempts_a_running_prepare() {
     farm.state("b1", "IDLE", false).expect("to PREPARE");
     assert_eq!(
         farm.fail("b1", "smoke"),
-        Ok(vec![Effect::CancelPrepare {
-            uuid: "b1".to_owned()
-        }])
+        Ok(vec![
+            Effect::CancelPrepare {
+                uuid: "b1".to_owned(),
+                seq: 1
+            },
+            Effect::Failed {
+                uuid: "b1".to_owned()
+            }
+        ])
     );
     assert_eq!(farm.state_of("b1"), State::Failed);
     // The canceled prepare's late end changes nothing.
     let now = farm.tick();
-    assert_eq!(farm.registry.prepared("b1", Ok(()), now), vec![]);
+    assert_eq!(farm.registry.prepared("b1", 1, Ok(()), now), vec![]);
     assert_eq!(farm.state_of("b1"), State::Failed);
 
     farm.register("b2", Some(&["/bin/reset"]));
@@ -278,7 +295,8 @@ fn a_newer_state_preempts_a_running_prepare() {
     assert_eq!(
         farm.state("b2", "MAINTENANCE", false),
         Ok(vec![Effect::CancelPrepare {
-            uuid: "b2".to_owned()
+            uuid: "b2".to_owned(),
+            seq: 1
         }])
     );
     assert_eq!(farm.state_of("b2"), State::Maintenance);
@@ -358,10 +376,10 @@ fn deregister_only_from_maintenance_or_failed() {
         Err(WorkerError::NotFailedOrMaintenance)
     );
     farm.fail("b1", "smoke").expect("failed");
-    assert_eq!(farm.registry.deregister("b1"), Ok(()));
+    assert_eq!(farm.registry.deregister("b1"), Ok(vec![]));
     assert_eq!(farm.registry.deregister("b1"), Err(WorkerError::NotFound));
     farm.register("b2", None);
-    assert_eq!(farm.registry.deregister("b2"), Ok(()));
+    assert_eq!(farm.registry.deregister("b2"), Ok(vec![]));
     assert!(farm.registry.is_empty());
 }
 
@@ -371,12 +389,17 @@ fn the_holder_s_end_prepares_its_workers() {
     farm.register("b1", Some(&["/bin/reset"]));
     farm.state("b1", "IDLE", false).expect("to PREPARE");
     let now = farm.tick();
-    farm.registry.prepared("b1", Ok(()), now);
+    farm.registry.prepared("b1", 1, Ok(()), now);
     farm.idle("b2");
     farm.assign(4, &["b1", "b2"]);
     assert_eq!(farm.registry.held_by(4).count(), 2);
     let effects = farm.release(4, "canceled");
-    assert_eq!(effects, vec![prepare("b1"), idle("b2")]);
+    let second_prepare = Effect::Prepare {
+        uuid: "b1".to_owned(),
+        seq: 2,
+        argv: vec!["/bin/reset".to_owned()],
+    };
+    assert_eq!(effects, vec![second_prepare, idle("b2")]);
     assert_eq!(farm.state_of("b1"), State::Prepare);
     assert_eq!(farm.state_of("b2"), State::Idle);
     assert_eq!(farm.registry.held_by(4).count(), 0);
@@ -501,7 +524,7 @@ fn requests_are_checked() {
 fn set_groups_of_an_idle_worker_asks_for_a_new_match() {
     let mut registry = matching_farm();
     assert_eq!(
-        registry.set_groups("a", groups(&["ci"])),
+        registry.set_groups("a", groups(&["ci"]), 5.0),
         Ok(vec![idle("a")])
     );
     assert_eq!(
@@ -509,7 +532,7 @@ fn set_groups_of_an_idle_worker_asks_for_a_new_match() {
         Some(vec!["a".to_owned()])
     );
     assert_eq!(
-        registry.set_groups("nobody", groups(&[])),
+        registry.set_groups("nobody", groups(&[]), 5.0),
         Err(WorkerError::NotFound)
     );
 }
@@ -614,6 +637,198 @@ fn listing_filters_sorts_and_pages() {
     assert_eq!(gone.total, 4);
 }
 
+// ----- waiting jobs -----
+
+fn assigned(job: JobId, uuids: &[&str]) -> Effect {
+    Effect::Assigned {
+        job,
+        uuids: uuids.iter().map(|uuid| uuid.to_string()).collect(),
+    }
+}
+
+fn assignments(effects: &[Effect]) -> Vec<Effect> {
+    effects
+        .iter()
+        .filter(|effect| matches!(effect, Effect::Assigned { .. }))
+        .cloned()
+        .collect()
+}
+
+/// Registers `uuid` with `names` groups and caps `arch=arm` plus `extra`
+/// more, and lets it in.
+fn let_in(registry: &mut Registry, uuid: &str, names: &[&str], arch: bool, extra: usize) {
+    let mut more: Vec<(String, String)> = (0..extra)
+        .map(|index| (format!("cap{index}"), "x".to_owned()))
+        .collect();
+    if arch {
+        more.push(("arch".to_owned(), "arm".to_owned()));
+    }
+    let more: Vec<(&str, &str)> = more.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    registry
+        .register(caps(uuid, &more), Some(groups(names)), None, None, 1.0)
+        .expect("registered");
+    registry.set_state(uuid, "IDLE", false, 2.0).expect("idle");
+    registry.check_invariants();
+}
+
+/// Boruta's best-match table: of the fitting workers, the least capable
+/// goes first; two that do not fit are never handed out.
+#[test]
+fn three_identical_requests_get_the_fitting_workers_least_capable_first() {
+    let mut registry = Registry::new();
+    let five = ["g1", "g2", "g3", "g4", "g5"];
+    let_in(&mut registry, "c-5g5c", &five, true, 4);
+    let_in(&mut registry, "a-5g1c", &five, true, 0);
+    let_in(&mut registry, "b-1g7c", &["g1"], true, 6);
+    let_in(&mut registry, "d-2g0c", &["g1", "g2"], false, 0);
+    let_in(&mut registry, "e-0g2c", &[], true, 1);
+    let wanted = request(&["g1"], &[("arch", "arm")], 1);
+    let mut got = Vec::new();
+    for job in 1..=4 {
+        let effects = registry
+            .request(job, 0, wanted.clone(), 3.0)
+            .expect("some worker fits");
+        registry.check_invariants();
+        got.push(assignments(&effects));
+    }
+    assert_eq!(
+        got,
+        [
+            vec![assigned(1, &["a-5g1c"])],
+            vec![assigned(2, &["b-1g7c"])],
+            vec![assigned(3, &["c-5g5c"])],
+            vec![],
+        ]
+    );
+    assert!(registry.waiter(4).is_some(), "the fourth waits");
+}
+
+#[test]
+fn an_idle_worker_goes_to_the_first_waiting_job_it_fits_by_priority_then_id() {
+    let mut registry = matching_farm();
+    let arm = request(&[], &[("arch", "arm64")], 3);
+    registry.request(1, 0, arm, 3.0).expect("fits");
+    // Every arm64 worker is held; three more jobs wait for one.
+    let one = request(&[], &[("arch", "arm64")], 1);
+    for (job, priority) in [(2, 0), (3, -5), (4, -5)] {
+        let effects = registry
+            .request(job, priority, one.clone(), 4.0)
+            .expect("fits");
+        assert_eq!(effects, vec![]);
+    }
+    registry.check_invariants();
+    let effects = registry.release(1, "success", 5.0);
+    registry.check_invariants();
+    // Released as b, c, d: the best go to the first waiters.
+    assert_eq!(
+        assignments(&effects),
+        [
+            assigned(3, &["b"]),
+            assigned(4, &["c"]),
+            assigned(2, &["d"]),
+        ]
+    );
+}
+
+#[test]
+fn a_job_that_cannot_be_served_does_not_block_a_later_one() {
+    let mut registry = matching_farm();
+    // Job 1 wants two GPUs (there is one); job 2 wants any arm64 board.
+    let gpus = request(&[], &[("gpu", "yes")], 1);
+    registry.request(9, 0, gpus.clone(), 3.0).expect("fits");
+    let two = request(&["lab"], &[], 4);
+    let one = request(&["lab"], &[], 1);
+    // Four lab workers exist, three are IDLE: job 1 waits, job 2 runs.
+    assert_eq!(registry.request(1, -10, two, 4.0).expect("fits"), vec![]);
+    assert_eq!(
+        assignments(&registry.request(2, 0, one, 4.0).expect("fits")),
+        [assigned(2, &["a"])]
+    );
+    registry.check_invariants();
+    // Back come d and a: job 1 gets all four at once.
+    registry.release(9, "success", 5.0);
+    let effects = registry.release(2, "success", 6.0);
+    registry.check_invariants();
+    assert_eq!(assignments(&effects), [assigned(1, &["a", "b", "c", "d"])]);
+    // Asking again while holding changes nothing.
+    assert_eq!(registry.request(1, 0, gpus, 7.0), Ok(vec![]));
+}
+
+#[test]
+fn a_request_no_worker_could_ever_fit_is_refused_and_waiters_end_when_the_last_fit_goes() {
+    let mut registry = matching_farm();
+    let never = request(&[], &[("arch", "sparc")], 1);
+    assert_eq!(
+        registry.request(1, 0, never, 3.0),
+        Err(WorkerError::NeverFits)
+    );
+    assert!(registry.waiter(1).is_none());
+    let gpu = request(&[], &[("gpu", "yes")], 1);
+    registry.request(2, 0, gpu.clone(), 3.0).expect("fits");
+    registry.request(3, 0, gpu, 3.0).expect("fits");
+    registry
+        .set_state("d", "MAINTENANCE", false, 4.0)
+        .expect("busy");
+    registry.release(2, "success", 5.0);
+    assert_eq!(
+        registry.get("d").map(|worker| worker.state),
+        Some(State::Maintenance)
+    );
+    let effects = registry.deregister("d").expect("in maintenance");
+    registry.check_invariants();
+    assert_eq!(
+        effects,
+        [Effect::EndJob {
+            job: 3,
+            reason: NO_WORKER_MATCHES.to_owned()
+        }]
+    );
+    assert_eq!(
+        registry.condemned().collect::<Vec<_>>(),
+        [(3, NO_WORKER_MATCHES)]
+    );
+    registry.release(3, "error", 6.0);
+    assert_eq!(registry.condemned().count(), 0);
+}
+
+#[test]
+fn holders_in_a_row_ending_in_error_quarantine_a_worker() {
+    let mut registry = Registry::with_quarantine_after(3);
+    let_in(&mut registry, "b1", &["farm"], false, 0);
+    let any = request(&[], &[], 1);
+    let mut now = 3.0;
+    for (job, status) in [
+        (1, "error"),
+        (2, "error"),
+        (3, "success"),
+        (4, "error"),
+        (5, "error"),
+    ] {
+        registry.request(job, 0, any.clone(), now).expect("fits");
+        registry.release(job, status, now + 1.0);
+        now += 2.0;
+        assert_eq!(
+            registry.get("b1").map(|worker| worker.state),
+            Some(State::Idle)
+        );
+    }
+    registry.request(6, 0, any, now).expect("fits");
+    let effects = registry.release(6, "error", now + 1.0);
+    registry.check_invariants();
+    assert_eq!(
+        effects,
+        [Effect::Failed {
+            uuid: "b1".to_owned()
+        }]
+    );
+    let worker = registry.get("b1").expect("registered");
+    assert_eq!(worker.state, State::Failed);
+    assert_eq!(
+        worker.fail_reason.as_deref(),
+        Some("quarantined: 3 holders in a row ended in error (jobs 4, 5, 6)")
+    );
+}
+
 // ----- every sequence keeps the invariants -----
 
 mod properties {
@@ -699,20 +914,25 @@ mod properties {
                     }
                     Step::Prepared { uuid, ok } => {
                         let outcome = if ok { Ok(()) } else { Err("exit 1".to_owned()) };
-                        registry.prepared(UUIDS[uuid], outcome, now);
+                        let seq = registry.get(UUIDS[uuid]).map_or(0, |worker| worker.prepare_seq);
+                        registry.prepared(UUIDS[uuid], seq, outcome, now);
                     }
                     Step::Match { job, count, arm } => {
-                        if registry.held_by(job).count() == 0 {
-                            let more: &[(&str, &str)] = if arm { &[("arch", "arm64")] } else { &[] };
-                            let wanted = request(&[], more, count as u64);
-                            if let Some(uuids) = registry.best_fit(&wanted) {
+                        let more: &[(&str, &str)] = if arm { &[("arch", "arm64")] } else { &[] };
+                        let wanted = request(&[], more, count as u64);
+                        let possible = registry.could_ever_fit(&wanted);
+                        let result = registry.request(job, 0, wanted.clone(), now);
+                        if registry.held_by(job).count() == 0 && registry.waiter(job).is_none() {
+                            prop_assert!(result.is_err() || registry.condemned().any(|(j, _)| j == job));
+                        }
+                        for effect in result.unwrap_or_default() {
+                            if let Effect::Assigned { uuids, .. } = effect {
+                                prop_assert!(possible);
                                 prop_assert_eq!(uuids.len(), count);
                                 for uuid in &uuids {
                                     let worker = registry.get(uuid).expect("listed");
-                                    prop_assert_eq!(worker.state, State::Idle);
                                     prop_assert!(worker.could_fit(&wanted));
                                 }
-                                registry.assign(job, &uuids, now).expect("IDLE workers");
                             }
                         }
                     }
