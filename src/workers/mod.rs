@@ -758,32 +758,27 @@ impl Registry {
     /// be served, if any (Boruta's reaction to `OnWorkerIdle`).
     fn settle(&mut self, now: f64, effects: &mut Vec<Effect>) {
         while let Some(uuid) = self.became_idle.pop() {
-            loop {
-                let Some(worker) = self
-                    .workers
-                    .get(&uuid)
-                    .filter(|worker| worker.state == State::Idle)
-                else {
+            while let Some(worker) = self
+                .workers
+                .get(&uuid)
+                .filter(|worker| worker.state == State::Idle)
+            {
+                let served = self
+                    .matcher
+                    .shapes_fitting(worker)
+                    .into_iter()
+                    .find_map(|(_, request)| self.best_fit(&request).map(|uuids| (request, uuids)));
+                let Some((request, uuids)) = served else {
                     break;
                 };
-                let mut served = false;
-                for (_, request) in self.matcher.shapes_fitting(worker) {
-                    if let Some(uuids) = self.best_fit(&request) {
-                        let (_, job) = self
-                            .matcher
-                            .first_of_shape(&request)
-                            .expect("a fitting shape has waiters");
-                        self.matcher.remove_waiter(job);
-                        self.assign(job, &uuids, now)
-                            .expect("the best fit is of IDLE workers");
-                        effects.push(Effect::Assigned { job, uuids });
-                        served = true;
-                        break;
-                    }
-                }
-                if !served {
-                    break;
-                }
+                let (_, job) = self
+                    .matcher
+                    .first_of_shape(&request)
+                    .expect("a fitting shape has waiters");
+                self.matcher.remove_waiter(job);
+                self.assign(job, &uuids, now)
+                    .expect("the best fit is of IDLE workers");
+                effects.push(Effect::Assigned { job, uuids });
             }
         }
     }
