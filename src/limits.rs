@@ -312,6 +312,15 @@ pub const WORKER_GROUPS_MAX: usize = 256;
 /// of 0 or above means this.
 pub const WORKERS_PAGE_MAX: usize = 65_535;
 
+/// Notices for luxid wconfd keeps unread before it drops them: a reader
+/// that far behind (or none) is given the whole registry state instead,
+/// which says the same.
+pub const WORKER_NOTICES_MAX: usize = 65_536;
+
+/// `[workers] quarantine_after`: 0 is off; past a worker's remembered
+/// history ([`crate::workers::HISTORY_MAX`]) a row could not be seen.
+pub const QUARANTINE_AFTER_RANGE: RangeInclusive<usize> = 0..=20;
+
 // Durable state (`store`).
 
 /// Largest journal record accepted when reading; a longer length field is

@@ -21,6 +21,9 @@
 //! queue_jobs_max = 100000
 //! job_log_bytes_max = 1048576
 //! runner_path = "/usr/lib/warden/job-runner"   # absent: beside luxid
+//!
+//! [workers]
+//! quarantine_after = 0           # holders in a row ending in error that fail a worker; 0: off
 //! ```
 
 use std::fmt;
@@ -42,6 +45,17 @@ pub struct Settings {
     pub wconfd: WconfdSettings,
     /// `[luxid]`
     pub luxid: LuxidSettings,
+    /// `[workers]`
+    pub workers: WorkersSettings,
+}
+
+/// `[workers]`: the worker registry (WORKERS.md), kept by wconfd.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkersSettings {
+    /// This many holders in a row, all different jobs, ending in `error`
+    /// put a worker in FAILED; 0: never.
+    pub quarantine_after: usize,
 }
 
 /// `[wconfd]`: the lock daemon.
@@ -364,6 +378,14 @@ impl Settings {
             &limits::SNAPSHOT_JOURNAL_BYTES_MAX_RANGE,
         )?;
 
+        check_usize(
+            path,
+            "workers",
+            "quarantine_after",
+            self.workers.quarantine_after,
+            &limits::QUARANTINE_AFTER_RANGE,
+        )?;
+
         let l = &self.luxid;
         check_usize(
             path,
@@ -522,6 +544,9 @@ mod tests {
             queue_jobs_max = 1000
             job_log_bytes_max = 4096
             runner_path = "/usr/lib/warden/job-runner"
+
+            [workers]
+            quarantine_after = 3
             "#,
         )
         .unwrap();
@@ -543,6 +568,9 @@ mod tests {
                     queue_jobs_max: 1000,
                     job_log_bytes_max: 4096,
                     runner_path: Some(PathBuf::from("/usr/lib/warden/job-runner")),
+                },
+                workers: WorkersSettings {
+                    quarantine_after: 3,
                 },
             }
         );

@@ -9,6 +9,7 @@ pub mod frame;
 pub mod luxi;
 pub mod query;
 pub mod wconfd;
+pub mod workers;
 
 use serde_json::{Value, json};
 

@@ -2,13 +2,22 @@
 //! wire into typed requests, and the JSON forms of owners, locks and
 //! listings.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use serde_json::{Value, json};
 
+use super::workers::{
+    NoticeCursor, decode_caps, decode_cursor, decode_filter, decode_groups, decode_page,
+    decode_request, decode_sort, decode_strings, encode_caps, encode_cursor, encode_filter,
+    encode_page, encode_request, encode_sort,
+};
 use super::{Args, Request, WireError};
+use crate::jobs::JobId;
 use crate::locks::{
     Action, Entry, Ident, Level, LockError, LockName, Mode, Owner, PendingRequest, Priority,
 };
 use crate::text::shortened;
+use crate::workers::{Filter, Page, Request as WorkerRequest, Sort};
 
 /// Limits the decoder enforces, from the settings.
 #[derive(Clone, Copy, Debug)]
@@ -93,6 +102,65 @@ pub enum WconfdRequest {
         owner: Owner,
         wanted: Vec<(LockName, Mode)>,
     },
+    // The worker registry *(extension)*, WORKERS.md.
+    RegisterWorker {
+        caps: BTreeMap<String, String>,
+        groups: Option<BTreeSet<String>>,
+        address: Option<String>,
+        prepare: Option<Vec<String>>,
+    },
+    DeregisterWorker {
+        uuid: String,
+    },
+    SetWorkerState {
+        uuid: String,
+        state: String,
+        kill: bool,
+    },
+    SetWorkerFail {
+        uuid: String,
+        reason: String,
+    },
+    SetWorkerGroups {
+        uuid: String,
+        groups: BTreeSet<String>,
+    },
+    GetWorkerInfo {
+        uuid: String,
+    },
+    ListWorkers {
+        filter: Filter,
+        sort: Sort,
+        page: Page,
+    },
+    /// luxid: whether some registered worker could ever fit (submit's
+    /// check).
+    CheckWorkers {
+        request: WorkerRequest,
+    },
+    /// luxid: a job waits for workers (or changes its priority).
+    RequestWorkers {
+        job: JobId,
+        priority: i64,
+        request: WorkerRequest,
+    },
+    /// luxid: the job ended (or was canceled, or died).
+    ReleaseWorkers {
+        job: JobId,
+        status: String,
+    },
+    /// luxid: prepare `seq` of a worker ended.
+    WorkerPrepared {
+        uuid: String,
+        seq: u64,
+        status: String,
+        reason: String,
+    },
+    /// luxid: the notices after `cursor`, held until there are some.
+    WatchWorkers {
+        cursor: Option<NoticeCursor>,
+        timeout_ms: u64,
+    },
 }
 
 impl WconfdRequest {
@@ -124,7 +192,19 @@ impl WconfdRequest {
             | ListAllLocks
             | ListAllLocksOwners
             | ListLocksWaitingStatus
-            | ListWaiters => None,
+            | ListWaiters
+            | RegisterWorker { .. }
+            | DeregisterWorker { .. }
+            | SetWorkerState { .. }
+            | SetWorkerFail { .. }
+            | SetWorkerGroups { .. }
+            | GetWorkerInfo { .. }
+            | ListWorkers { .. }
+            | CheckWorkers { .. }
+            | RequestWorkers { .. }
+            | ReleaseWorkers { .. }
+            | WorkerPrepared { .. }
+            | WatchWorkers { .. } => None,
         }
     }
 
@@ -255,6 +335,126 @@ impl WconfdRequest {
                     wanted: lock_modes(&args, 2, limits)?,
                 }
             }
+            "registerWorker" => {
+                let args = arity(4)?;
+                let caps = decode_caps(args.get(0)).map_err(|what| args.bad(0, what))?;
+                let groups = match args.get(1) {
+                    Value::Null => None,
+                    value => Some(decode_groups(value).map_err(|what| args.bad(1, what))?),
+                };
+                let address = optional_string(&args, 2)?;
+                let prepare = match args.get(3) {
+                    Value::Null => None,
+                    value => {
+                        Some(decode_strings(value, "arguments").map_err(|what| args.bad(3, what))?)
+                    }
+                };
+                RegisterWorker {
+                    caps,
+                    groups,
+                    address,
+                    prepare,
+                }
+            }
+            "deregisterWorker" => DeregisterWorker {
+                uuid: arity(1)?.string(0)?.to_owned(),
+            },
+            "setWorkerState" => {
+                let args = arity(3)?;
+                let kill = match args.get(2) {
+                    Value::Null => false,
+                    Value::Object(options) => {
+                        if let Some(other) = options.keys().find(|key| *key != "kill") {
+                            return Err(args
+                                .bad(2, format!("has an unknown option '{}'", shortened(other))));
+                        }
+                        match options.get("kill") {
+                            None => false,
+                            Some(Value::Bool(kill)) => *kill,
+                            Some(_) => return Err(args.bad(2, "kill is not a boolean")),
+                        }
+                    }
+                    _ => return Err(args.bad(2, "is neither null nor {\"kill\": bool}")),
+                };
+                SetWorkerState {
+                    uuid: args.string(0)?.to_owned(),
+                    state: args.string(1)?.to_owned(),
+                    kill,
+                }
+            }
+            "setWorkerFail" => {
+                let args = arity(2)?;
+                SetWorkerFail {
+                    uuid: args.string(0)?.to_owned(),
+                    reason: args.string(1)?.to_owned(),
+                }
+            }
+            "setWorkerGroups" => {
+                let args = arity(2)?;
+                SetWorkerGroups {
+                    uuid: args.string(0)?.to_owned(),
+                    groups: decode_groups(args.get(1)).map_err(|what| args.bad(1, what))?,
+                }
+            }
+            "getWorkerInfo" => GetWorkerInfo {
+                uuid: arity(1)?.string(0)?.to_owned(),
+            },
+            "listWorkers" => {
+                let args = arity(3)?;
+                let filter = decode_filter(args.get(0)).map_err(|what| args.bad(0, what))?;
+                let sort = decode_sort(args.get(1))
+                    .map_err(|what| args.bad(1, what))?
+                    .map_err(|error| WireError::generic(error.to_string()))?;
+                let page = decode_page(args.get(2)).map_err(|what| args.bad(2, what))?;
+                ListWorkers { filter, sort, page }
+            }
+            "checkWorkers" => {
+                let args = arity(1)?;
+                CheckWorkers {
+                    request: decode_request(args.get(0)).map_err(|what| args.bad(0, what))?,
+                }
+            }
+            "requestWorkers" => {
+                let args = arity(3)?;
+                RequestWorkers {
+                    job: args.u64(0)?,
+                    priority: args.i64(1)?,
+                    request: decode_request(args.get(2)).map_err(|what| args.bad(2, what))?,
+                }
+            }
+            "releaseWorkers" => {
+                let args = arity(2)?;
+                ReleaseWorkers {
+                    job: args.u64(0)?,
+                    status: args.string(1)?.to_owned(),
+                }
+            }
+            "workerPrepared" => {
+                let args = arity(4)?;
+                WorkerPrepared {
+                    uuid: args.string(0)?.to_owned(),
+                    seq: args.u64(1)?,
+                    status: args.string(2)?.to_owned(),
+                    reason: args.string(3)?.to_owned(),
+                }
+            }
+            "watchWorkers" => {
+                let args = arity(2)?;
+                let timeout_ms = args.u64(1)?;
+                if timeout_ms > limits.await_timeout_ms_max {
+                    return Err(args.bad(
+                        1,
+                        format!(
+                            "(timeout {timeout_ms} ms) is over the limit of {} ms",
+                            limits.await_timeout_ms_max
+                        ),
+                    ));
+                }
+                WatchWorkers {
+                    cursor: decode_cursor(args.get(0)).map_err(|what| args.bad(0, what))?,
+                    timeout_ms,
+                }
+            }
             _ => {
                 return Err(WireError::generic(format!(
                     "unknown method '{}'",
@@ -295,6 +495,18 @@ impl WconfdRequest {
             IntersectLocks { .. } => "intersectLocks",
             OpportunisticLockUnion { .. } => "opportunisticLockUnion",
             GuardedOpportunisticLockUnion { .. } => "guardedOpportunisticLockUnion",
+            RegisterWorker { .. } => "registerWorker",
+            DeregisterWorker { .. } => "deregisterWorker",
+            SetWorkerState { .. } => "setWorkerState",
+            SetWorkerFail { .. } => "setWorkerFail",
+            SetWorkerGroups { .. } => "setWorkerGroups",
+            GetWorkerInfo { .. } => "getWorkerInfo",
+            ListWorkers { .. } => "listWorkers",
+            CheckWorkers { .. } => "checkWorkers",
+            RequestWorkers { .. } => "requestWorkers",
+            ReleaseWorkers { .. } => "releaseWorkers",
+            WorkerPrepared { .. } => "workerPrepared",
+            WatchWorkers { .. } => "watchWorkers",
         }
     }
 
@@ -351,11 +563,53 @@ impl WconfdRequest {
                 owner,
                 wanted,
             } => vec![json!(count), encode_owner(owner), encode_lock_modes(wanted)],
+            RegisterWorker {
+                caps,
+                groups,
+                address,
+                prepare,
+            } => vec![
+                encode_caps(caps),
+                json!(groups),
+                json!(address),
+                json!(prepare),
+            ],
+            DeregisterWorker { uuid } | GetWorkerInfo { uuid } => vec![json!(uuid)],
+            SetWorkerState { uuid, state, kill } => {
+                vec![json!(uuid), json!(state), json!({"kill": kill})]
+            }
+            SetWorkerFail { uuid, reason } => vec![json!(uuid), json!(reason)],
+            SetWorkerGroups { uuid, groups } => vec![json!(uuid), json!(groups)],
+            ListWorkers { filter, sort, page } => {
+                vec![encode_filter(filter), encode_sort(*sort), encode_page(page)]
+            }
+            CheckWorkers { request } => vec![encode_request(request)],
+            RequestWorkers {
+                job,
+                priority,
+                request,
+            } => vec![json!(job), json!(priority), encode_request(request)],
+            ReleaseWorkers { job, status } => vec![json!(job), json!(status)],
+            WorkerPrepared {
+                uuid,
+                seq,
+                status,
+                reason,
+            } => vec![json!(uuid), json!(seq), json!(status), json!(reason)],
+            WatchWorkers { cursor, timeout_ms } => vec![encode_cursor(*cursor), json!(timeout_ms)],
         };
         Request {
             method: self.method().to_owned(),
             args,
         }
+    }
+}
+
+fn optional_string(args: &Args<'_>, index: usize) -> Result<Option<String>, WireError> {
+    match args.get(index) {
+        Value::Null => Ok(None),
+        Value::String(text) => Ok(Some(text.clone())),
+        _ => Err(args.bad(index, "is neither null nor a string")),
     }
 }
 

@@ -65,7 +65,12 @@ use crate::protocol::wconfd::{
     decode_entry, decode_lock, decode_lock_mode, decode_owner, encode_entry, encode_lock_modes,
     encode_owner,
 };
+use crate::protocol::workers::{
+    decode_caps, decode_groups, decode_request, decode_saved_worker, decode_strings, encode_caps,
+    encode_request, encode_saved_worker,
+};
 use crate::sys;
+use crate::workers::{Registry, SavedRegistry, WorkerOp};
 
 use crate::paths::{LOCK_JOURNAL_FILE as JOURNAL_FILE, LOCK_SNAPSHOT_FILE as SNAPSHOT_FILE};
 
@@ -152,20 +157,23 @@ impl LockStore {
     /// Opens (creating if needed) the lock state in `dir` and rebuilds the
     /// manager from it; the journal is written with direct I/O where the
     /// file system offers it.
-    pub fn open(dir: &Path) -> Result<(LockStore, LockManager, LoadReport), StoreError> {
-        LockStore::open_with(dir, true)
+    pub fn open(dir: &Path) -> Result<(LockStore, LockManager, Registry, LoadReport), StoreError> {
+        LockStore::open_with(dir, true, 0)
     }
 
     /// As [`LockStore::open`]; with `direct_allowed` false the journal is
     /// written through the page cache whatever the file system offers (the
-    /// path file systems without direct I/O take).
+    /// path file systems without direct I/O take). `quarantine_after` is
+    /// the worker registry's setting, which its replay follows.
     pub fn open_with(
         dir: &Path,
         direct_allowed: bool,
-    ) -> Result<(LockStore, LockManager, LoadReport), StoreError> {
+        quarantine_after: usize,
+    ) -> Result<(LockStore, LockManager, Registry, LoadReport), StoreError> {
         let snapshot_path = dir.join(SNAPSHOT_FILE);
         let journal_path = dir.join(JOURNAL_FILE);
-        let (mut manager, snapshot_seq) = load_snapshot(&snapshot_path)?;
+        let (mut manager, mut workers, snapshot_seq) =
+            load_snapshot(&snapshot_path, quarantine_after)?;
         let fresh = match fs::metadata(&journal_path) {
             Ok(metadata) => metadata.len() == 0,
             Err(error) if error.kind() == io::ErrorKind::NotFound => true,
@@ -181,7 +189,7 @@ impl LockStore {
         let bytes = fs::read(&journal_path).map_err(StoreError::io(&journal_path))?;
         check_journal_header(&bytes)
             .map_err(|reason| StoreError::damaged(&journal_path, reason))?;
-        let replay = replay(&bytes, snapshot_seq, &mut manager)
+        let replay = replay(&bytes, snapshot_seq, &mut manager, &mut workers)
             .map_err(|reason| StoreError::damaged(&journal_path, reason))?;
         let (journal, plain, io) =
             open_journal(&journal_path, direct_allowed).map_err(StoreError::io(&journal_path))?;
@@ -220,11 +228,21 @@ impl LockStore {
             store.end = JOURNAL_HEADER_BYTES as u64;
             store.tail.clear();
         }
-        Ok((store, manager, report))
+        Ok((store, manager, workers, report))
     }
 
-    /// Adds an operation that changed the state to the current turn.
+    /// Adds an operation that changed the lock state to the current turn.
     pub fn record(&mut self, op: &LockOp) {
+        self.push_record(&RecordJson(op));
+    }
+
+    /// Adds a call of the worker registry (made at `now`) to the current
+    /// turn.
+    pub fn record_worker(&mut self, op: &WorkerOp, now: f64) {
+        self.push_record(&encode_worker_op(op, now));
+    }
+
+    fn push_record(&mut self, record: &impl Serialize) {
         if self.unwritten.is_empty() {
             self.unwritten_first_seq = self.next_seq;
         }
@@ -236,8 +254,7 @@ impl LockStore {
             .extend_from_slice(&self.next_seq.to_le_bytes());
         self.unwritten
             .extend_from_slice(&self.unwritten_first_seq.to_le_bytes());
-        serde_json::to_writer(&mut self.unwritten, &RecordJson(op))
-            .expect("JSON to a Vec cannot fail");
+        serde_json::to_writer(&mut self.unwritten, record).expect("JSON to a Vec cannot fail");
         let length = self.unwritten.len() - start - RECORD_HEADER_BYTES;
         let length = u32::try_from(length).expect("a record is far below 4 GiB");
         self.unwritten[start + 4..start + 8].copy_from_slice(&length.to_le_bytes());
@@ -333,13 +350,13 @@ impl LockStore {
     /// committed record) and starts the journal over. The journal itself is
     /// not touched: the next write goes to its beginning, and until then
     /// its records all read as already in the snapshot.
-    pub fn write_snapshot(&mut self, manager: &LockManager) -> io::Result<()> {
+    pub fn write_snapshot(&mut self, manager: &LockManager, workers: &Registry) -> io::Result<()> {
         assert!(
             self.unwritten.is_empty(),
             "a snapshot is taken only between turns"
         );
         let last_seq = self.next_seq - 1;
-        let bytes = encode_snapshot(&manager.saved(), last_seq);
+        let bytes = encode_snapshot(&manager.saved(), &workers.saved(), last_seq);
         atomic_write(&self.snapshot_path, &bytes)?;
         self.end = JOURNAL_HEADER_BYTES as u64;
         self.tail.clear();
@@ -495,7 +512,12 @@ struct Replay {
 /// Replays the records of `bytes` (a whole journal file) after
 /// `snapshot_seq` into `manager`; see the module documentation for the
 /// rules. An error says what is damaged, and where.
-fn replay(bytes: &[u8], snapshot_seq: u64, manager: &mut LockManager) -> Result<Replay, String> {
+fn replay(
+    bytes: &[u8],
+    snapshot_seq: u64,
+    manager: &mut LockManager,
+    workers: &mut Registry,
+) -> Result<Replay, String> {
     let mut offset = JOURNAL_HEADER_BYTES;
     let mut previous: Option<u64> = None;
     let mut last_seq = snapshot_seq;
@@ -518,7 +540,15 @@ fn replay(bytes: &[u8], snapshot_seq: u64, manager: &mut LockManager) -> Result<
         if record.seq > snapshot_seq {
             let op = decode_record(record.payload)
                 .map_err(|reason| format!("record at byte {offset}: {reason}"))?;
-            manager.apply(&op);
+            match op {
+                Journaled::Lock(op) => {
+                    manager.apply(&op);
+                }
+                Journaled::Worker(op, now) => {
+                    // Journaled only once accepted, so it is accepted again.
+                    let _ = workers.apply(&op, now);
+                }
+            }
             last_seq = record.seq;
             replayed += 1;
         }
@@ -563,22 +593,32 @@ fn replay(bytes: &[u8], snapshot_seq: u64, manager: &mut LockManager) -> Result<
     })
 }
 
-fn load_snapshot(path: &Path) -> Result<(LockManager, u64), StoreError> {
+fn load_snapshot(
+    path: &Path,
+    quarantine_after: usize,
+) -> Result<(LockManager, Registry, u64), StoreError> {
     let bytes = match fs::read(path) {
         Ok(bytes) => bytes,
         Err(error) if error.kind() == io::ErrorKind::NotFound => {
-            return Ok((LockManager::new(), 0));
+            return Ok((
+                LockManager::new(),
+                Registry::with_quarantine_after(quarantine_after),
+                0,
+            ));
         }
         Err(error) => return Err(StoreError::io(path)(error)),
     };
-    let (saved, seq) =
+    let (saved, saved_workers, seq) =
         decode_snapshot(&bytes).map_err(|reason| StoreError::damaged(path, reason))?;
     let manager = LockManager::restore(&saved)
         .map_err(|error| StoreError::damaged(path, format!("impossible lock state: {error}")))?;
-    Ok((manager, seq))
+    let workers = Registry::restore(saved_workers, quarantine_after).map_err(|error| {
+        StoreError::damaged(path, format!("impossible worker registry: {error}"))
+    })?;
+    Ok((manager, workers, seq))
 }
 
-fn encode_snapshot(saved: &SavedState, last_seq: u64) -> Vec<u8> {
+fn encode_snapshot(saved: &SavedState, workers: &SavedRegistry, last_seq: u64) -> Vec<u8> {
     let holdings: Vec<Value> = saved
         .holdings
         .iter()
@@ -597,16 +637,30 @@ fn encode_snapshot(saved: &SavedState, last_seq: u64) -> Vec<u8> {
             ])
         })
         .collect();
+    let worker_list: Vec<Value> = workers.workers.iter().map(encode_saved_worker).collect();
+    let waiters: Vec<Value> = workers
+        .waiters
+        .iter()
+        .map(|(job, priority, request)| json!([job, priority, encode_request(request)]))
+        .collect();
+    let condemned: Vec<Value> = workers
+        .condemned
+        .iter()
+        .map(|(job, reason)| json!([job, reason]))
+        .collect();
     let document = json!({
         "version": FORMAT_VERSION,
         "last_seq": last_seq,
         "holdings": holdings,
         "pending": pending,
+        "workers": worker_list,
+        "worker_waiters": waiters,
+        "condemned_jobs": condemned,
     });
     serde_json::to_vec(&document).expect("JSON to a Vec cannot fail")
 }
 
-fn decode_snapshot(bytes: &[u8]) -> Result<(SavedState, u64), String> {
+fn decode_snapshot(bytes: &[u8]) -> Result<(SavedState, SavedRegistry, u64), String> {
     let document: Value =
         serde_json::from_slice(bytes).map_err(|error| format!("not valid JSON: {error}"))?;
     let version = document.get("version").and_then(Value::as_u64);
@@ -666,7 +720,50 @@ fn decode_snapshot(bytes: &[u8]) -> Result<(SavedState, u64), String> {
                 .map_err(|what| at(format!("filed_under {what}")))?,
         });
     }
-    Ok((saved, last_seq))
+    // The worker registry's lists may be absent (a state from before it).
+    let optional_list = |field: &str| -> Result<&[Value], String> {
+        match document.get(field) {
+            None => Ok(&[]),
+            Some(value) => value
+                .as_array()
+                .map(Vec::as_slice)
+                .ok_or_else(|| format!("'{field}' is not a list")),
+        }
+    };
+    let mut workers = SavedRegistry::default();
+    for (index, item) in optional_list("workers")?.iter().enumerate() {
+        workers
+            .workers
+            .push(decode_saved_worker(item).map_err(|what| format!("workers[{index}] {what}"))?);
+    }
+    for (index, item) in optional_list("worker_waiters")?.iter().enumerate() {
+        let at = |what: String| format!("worker_waiters[{index}] {what}");
+        let Some([job, priority, request]) = item.as_array().map(Vec::as_slice) else {
+            return Err(at("is not [job, priority, request]".to_owned()));
+        };
+        workers.waiters.push((
+            job.as_u64()
+                .ok_or_else(|| at("job is not a job id".to_owned()))?,
+            priority
+                .as_i64()
+                .ok_or_else(|| at("priority is not an integer".to_owned()))?,
+            decode_request(request).map_err(at)?,
+        ));
+    }
+    for (index, item) in optional_list("condemned_jobs")?.iter().enumerate() {
+        let at = |what: &str| format!("condemned_jobs[{index}] {what}");
+        let Some([job, reason]) = item.as_array().map(Vec::as_slice) else {
+            return Err(at("is not [job, reason]"));
+        };
+        workers.condemned.push((
+            job.as_u64().ok_or_else(|| at("job is not a job id"))?,
+            reason
+                .as_str()
+                .ok_or_else(|| at("reason is not a string"))?
+                .to_owned(),
+        ));
+    }
+    Ok((saved, workers, last_seq))
 }
 
 /// A journal record's JSON object, written straight from the operation:
@@ -796,9 +893,142 @@ impl Serialize for LockModesJson<'_> {
     }
 }
 
-fn decode_record(payload: &[u8]) -> Result<LockOp, String> {
+/// A journal record: a lock operation, or a call of the worker registry
+/// with the time it was made.
+enum Journaled {
+    Lock(LockOp),
+    Worker(WorkerOp, f64),
+}
+
+/// A worker call's record: `op` (the wconfd method), `now`, and the
+/// call's arguments in their wire forms.
+fn encode_worker_op(op: &WorkerOp, now: f64) -> Value {
+    let mut record = match op {
+        WorkerOp::Register {
+            caps,
+            groups,
+            address,
+            prepare,
+        } => json!({"op": "registerWorker", "caps": encode_caps(caps), "groups": groups,
+                    "address": address, "prepare": prepare}),
+        WorkerOp::Deregister { uuid } => json!({"op": "deregisterWorker", "uuid": uuid}),
+        WorkerOp::SetState { uuid, state, kill } => {
+            json!({"op": "setWorkerState", "uuid": uuid, "state": state, "kill": kill})
+        }
+        WorkerOp::SetFail { uuid, reason } => {
+            json!({"op": "setWorkerFail", "uuid": uuid, "reason": reason})
+        }
+        WorkerOp::SetGroups { uuid, groups } => {
+            json!({"op": "setWorkerGroups", "uuid": uuid, "groups": groups})
+        }
+        WorkerOp::Request {
+            job,
+            priority,
+            request,
+        } => json!({"op": "requestWorkers", "job": job, "priority": priority,
+                    "request": encode_request(request)}),
+        WorkerOp::Release { job, status } => {
+            json!({"op": "releaseWorkers", "job": job, "status": status})
+        }
+        WorkerOp::Prepared { uuid, seq, outcome } => {
+            let (status, reason) = match outcome {
+                Ok(()) => ("success", ""),
+                Err(reason) => ("error", reason.as_str()),
+            };
+            json!({"op": "workerPrepared", "uuid": uuid, "seq": seq, "status": status,
+                   "reason": reason})
+        }
+    };
+    record["now"] = json!(now);
+    record
+}
+
+fn decode_worker_op(op_name: &str, value: &Value) -> Result<Option<WorkerOp>, String> {
+    let field = |name: &str| value.get(name).ok_or_else(|| format!("no field '{name}'"));
+    let text = |name: &str| -> Result<String, String> {
+        field(name)?
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| format!("{name} is not a string"))
+    };
+    let number = |name: &str| -> Result<u64, String> {
+        field(name)?
+            .as_u64()
+            .ok_or_else(|| format!("{name} is not a number"))
+    };
+    let optional = |name: &str| -> Option<&Value> { value.get(name).filter(|v| !v.is_null()) };
+    Ok(Some(match op_name {
+        "registerWorker" => WorkerOp::Register {
+            caps: decode_caps(field("caps")?)?,
+            groups: optional("groups").map(decode_groups).transpose()?,
+            address: optional("address")
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_owned)
+                        .ok_or("address is not a string")
+                })
+                .transpose()?,
+            prepare: optional("prepare")
+                .map(|v| decode_strings(v, "arguments"))
+                .transpose()?,
+        },
+        "deregisterWorker" => WorkerOp::Deregister {
+            uuid: text("uuid")?,
+        },
+        "setWorkerState" => WorkerOp::SetState {
+            uuid: text("uuid")?,
+            state: text("state")?,
+            kill: field("kill")?.as_bool().ok_or("kill is not a boolean")?,
+        },
+        "setWorkerFail" => WorkerOp::SetFail {
+            uuid: text("uuid")?,
+            reason: text("reason")?,
+        },
+        "setWorkerGroups" => WorkerOp::SetGroups {
+            uuid: text("uuid")?,
+            groups: decode_groups(field("groups")?)?,
+        },
+        "requestWorkers" => WorkerOp::Request {
+            job: number("job")?,
+            priority: field("priority")?
+                .as_i64()
+                .ok_or("priority is not an integer")?,
+            request: decode_request(field("request")?)?,
+        },
+        "releaseWorkers" => WorkerOp::Release {
+            job: number("job")?,
+            status: text("status")?,
+        },
+        "workerPrepared" => WorkerOp::Prepared {
+            uuid: text("uuid")?,
+            seq: number("seq")?,
+            outcome: match text("status")?.as_str() {
+                "success" => Ok(()),
+                _ => Err(text("reason")?),
+            },
+        },
+        _ => return Ok(None),
+    }))
+}
+
+fn decode_record(payload: &[u8]) -> Result<Journaled, String> {
     let value: Value =
         serde_json::from_slice(payload).map_err(|error| format!("not valid JSON: {error}"))?;
+    let op_name = value
+        .get("op")
+        .and_then(Value::as_str)
+        .ok_or("no string field 'op'")?;
+    if let Some(op) = decode_worker_op(op_name, &value)? {
+        let now = value
+            .get("now")
+            .and_then(Value::as_f64)
+            .ok_or("now is not a number")?;
+        return Ok(Journaled::Worker(op, now));
+    }
+    decode_lock_record(&value).map(Journaled::Lock)
+}
+
+fn decode_lock_record(value: &Value) -> Result<LockOp, String> {
     let field = |name: &str| value.get(name).ok_or_else(|| format!("no field '{name}'"));
     let owner = || -> Result<Owner, String> {
         decode_owner(field("owner")?).map_err(|what| format!("owner {what}"))
@@ -957,7 +1187,8 @@ mod tests {
     const MODES: [bool; 2] = [true, false];
 
     fn open(dir: &Path, direct: bool) -> (LockStore, LockManager, LoadReport) {
-        LockStore::open_with(dir, direct).expect("open")
+        let (store, manager, _, report) = LockStore::open_with(dir, direct, 0).expect("open");
+        (store, manager, report)
     }
 
     fn sample_ops() -> Vec<LockOp> {
@@ -1027,6 +1258,73 @@ mod tests {
     /// Records are written straight from the operation, byte for byte as
     /// the same JSON built as a `Value`, and read back as the operation;
     /// names that JSON must escape included.
+    /// Worker calls journaled beside lock operations replay to the same
+    /// registry, before and after a snapshot.
+    #[test]
+    fn worker_calls_replay_from_the_journal_and_the_snapshot() {
+        use crate::workers::{Request, WorkerOp};
+        use std::collections::{BTreeMap, BTreeSet};
+        for direct in MODES {
+            let scratch = tempfile::tempdir().expect("a scratch dir");
+            let dir = scratch.path();
+            let (mut store, mut manager, mut workers, _) =
+                LockStore::open_with(dir, direct, 2).expect("open");
+            let caps = |uuid: &str| BTreeMap::from([("UUID".to_owned(), uuid.to_owned())]);
+            let ops = [
+                WorkerOp::Register {
+                    caps: caps("b1"),
+                    groups: Some(BTreeSet::from(["lab".to_owned()])),
+                    address: Some("10.0.0.1:22".to_owned()),
+                    prepare: Some(vec!["/bin/reset".to_owned()]),
+                },
+                WorkerOp::Register {
+                    caps: caps("b2"),
+                    groups: None,
+                    address: None,
+                    prepare: None,
+                },
+                WorkerOp::SetState {
+                    uuid: "b2".to_owned(),
+                    state: "IDLE".to_owned(),
+                    kill: false,
+                },
+                WorkerOp::Request {
+                    job: 4,
+                    priority: -3,
+                    request: Request::new(BTreeSet::new(), BTreeMap::new(), Some(2)).expect("ok"),
+                },
+                WorkerOp::SetState {
+                    uuid: "b1".to_owned(),
+                    state: "IDLE".to_owned(),
+                    kill: false,
+                },
+                WorkerOp::Prepared {
+                    uuid: "b1".to_owned(),
+                    seq: 1,
+                    outcome: Ok(()),
+                },
+                WorkerOp::SetFail {
+                    uuid: "b2".to_owned(),
+                    reason: "smoke".to_owned(),
+                },
+            ];
+            for (index, op) in ops.iter().enumerate() {
+                workers.apply(op, index as f64).expect("accepted");
+                store.record_worker(op, index as f64);
+                run(&mut store, &mut manager, sample_ops()[0].clone());
+            }
+            store.commit().expect("commit");
+            let (_, _, replayed, _) = LockStore::open_with(dir, direct, 2).expect("reopen");
+            assert_eq!(replayed, workers);
+            store.write_snapshot(&manager, &workers).expect("snapshot");
+            let (_, _, restored, report) = LockStore::open_with(dir, direct, 2).expect("reopen");
+            assert_eq!(report.replayed, 0);
+            assert_eq!(restored, workers);
+            restored.check_invariants();
+            assert_eq!(restored.condemned().count(), 1, "job 4 is told to end");
+        }
+    }
+
     #[test]
     fn records_are_written_as_their_json_and_read_back() {
         let odd = Owner::named("wc\"fd\u{7}é", "/r/livelocks/\\odd\n", 7);
@@ -1046,7 +1344,10 @@ mod tests {
                 String::from_utf8_lossy(&written),
                 String::from_utf8_lossy(&built)
             );
-            assert_eq!(decode_record(&written).expect("decodes"), op);
+            match decode_record(&written).expect("decodes") {
+                Journaled::Lock(decoded) => assert_eq!(decoded, op),
+                Journaled::Worker(..) => panic!("a lock record read as a worker call"),
+            }
         }
     }
 
@@ -1105,7 +1406,9 @@ mod tests {
                 run(&mut store, &mut manager, op.clone());
             }
             store.commit().expect("commit");
-            store.write_snapshot(&manager).expect("snapshot");
+            store
+                .write_snapshot(&manager, &Registry::new())
+                .expect("snapshot");
             assert_eq!(store.journal_bytes(), 0);
             for op in &ops[4..] {
                 run(&mut store, &mut manager, op.clone());
@@ -1127,7 +1430,9 @@ mod tests {
                 run(&mut store, &mut manager, op);
             }
             store.commit().expect("commit");
-            store.write_snapshot(&manager).expect("snapshot");
+            store
+                .write_snapshot(&manager, &Registry::new())
+                .expect("snapshot");
             // Killed here: the journal still holds the whole last round.
             drop(store);
             let (mut store, mut reopened, report) = open(dir.path(), direct);
@@ -1208,7 +1513,7 @@ mod tests {
                 }
             }
             fs::write(&journal, &image).expect("torn image");
-            let (mut store, mut manager, _) = LockStore::open_with(dir, direct)
+            let (mut store, mut manager, _, _) = LockStore::open_with(dir, direct, 0)
                 .unwrap_or_else(|error| panic!("pattern {pattern:?}: {error}"));
             let loaded = manager.saved();
             assert!(
@@ -1221,7 +1526,7 @@ mod tests {
             store.commit().expect("commit");
             let expected = manager.saved();
             drop(store);
-            let (_, reopened, report) = LockStore::open_with(dir, direct).expect("reopen");
+            let (_, reopened, _, report) = LockStore::open_with(dir, direct, 0).expect("reopen");
             assert_eq!(reopened.saved(), expected, "pattern {pattern:?}");
             assert_eq!(report.torn_bytes, 0, "pattern {pattern:?}");
         }
@@ -1299,7 +1604,9 @@ mod tests {
                 run(&mut store, &mut manager, toggle(i, true));
                 store.commit().expect("commit");
             }
-            store.write_snapshot(&manager).expect("snapshot");
+            store
+                .write_snapshot(&manager, &Registry::new())
+                .expect("snapshot");
             // The new round's first write lands on the old round's records.
             let batch: Vec<LockOp> = (0..12).map(|i| toggle(i, false)).collect();
             write_torn_and_check(dir.path(), direct, store, &mut manager, &batch);
@@ -1326,7 +1633,7 @@ mod tests {
                 let mut bytes = good.clone();
                 bytes[at] ^= 0x04;
                 fs::write(&journal, &bytes).expect("damage");
-                let error = LockStore::open_with(dir.path(), direct)
+                let error = LockStore::open_with(dir.path(), direct, 0)
                     .err()
                     .expect("a damaged journal");
                 assert!(error.to_string().contains(JOURNAL_FILE), "{error}");
@@ -1365,7 +1672,7 @@ mod tests {
             let mut bytes = good.clone();
             bytes[at] ^= 0xFF;
             fs::write(&journal, &bytes).expect("damage");
-            let opened = LockStore::open_with(dir.path(), false);
+            let opened = LockStore::open_with(dir.path(), false, 0);
             if at < last_start {
                 let error = opened
                     .err()
@@ -1376,7 +1683,7 @@ mod tests {
                     "damage at byte {at}: the journal was changed"
                 );
             } else {
-                let (_, loaded, _) =
+                let (_, loaded, _, _) =
                     opened.unwrap_or_else(|error| panic!("damage at byte {at}: {error}"));
                 if at < end {
                     assert!(
@@ -1398,7 +1705,9 @@ mod tests {
             run(&mut store, &mut manager, op);
         }
         store.commit().expect("commit");
-        store.write_snapshot(&manager).expect("snapshot");
+        store
+            .write_snapshot(&manager, &Registry::new())
+            .expect("snapshot");
         run(&mut store, &mut manager, fresh(1));
         store.commit().expect("commit");
         let snapshot = store.snapshot_path().to_owned();
@@ -1466,7 +1775,9 @@ mod tests {
                 grown > initial && grown % JOURNAL_GROWTH_BYTES == 0,
                 "{grown}"
             );
-            store.write_snapshot(&manager).expect("snapshot");
+            store
+                .write_snapshot(&manager, &Registry::new())
+                .expect("snapshot");
             for k in 0..3 {
                 run(&mut store, &mut manager, fresh(k));
                 store.commit().expect("commit");

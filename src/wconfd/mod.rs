@@ -8,6 +8,7 @@
 //! "ready").
 
 mod server;
+mod workers;
 
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
@@ -64,7 +65,8 @@ pub fn start(root: &Path) -> Result<Server, DaemonError> {
     let instance_lock = take_instance_lock(root)?;
     raise_descriptor_limit(settings.wconfd.connections_max);
 
-    let (store, manager, report) = LockStore::open(root)?;
+    let (store, manager, registry, report) =
+        LockStore::open_with(root, true, settings.workers.quarantine_after)?;
     tracing::info!(
         snapshot_seq = report.snapshot_seq,
         replayed = report.replayed,
@@ -72,6 +74,9 @@ pub fn start(root: &Path) -> Result<Server, DaemonError> {
         owners = manager.owners().len(),
         holdings = manager.holding_count(),
         pending = manager.pending_count(),
+        workers = registry.len(),
+        worker_holders = registry.holdings().count(),
+        worker_waiters = registry.waiters().count(),
         journal = %store.journal_io(),
         "lock state loaded"
     );
@@ -91,6 +96,7 @@ pub fn start(root: &Path) -> Result<Server, DaemonError> {
         settings,
         store,
         manager,
+        registry,
         config,
         livelock,
         livelock_dir,

@@ -43,6 +43,10 @@ use crate::settings::Settings;
 use crate::store::config::{ConfigStore, ConfigWriteError, verify};
 use crate::store::lock_state::LockStore;
 use crate::sys;
+use crate::workers::{Registry as WorkerRegistry, WorkerError, WorkerOp};
+
+use super::workers::{Outbox, encode_listing};
+use crate::protocol::workers::encode_worker;
 
 const SIGNALS: Token = Token(1);
 const FIRST_DYNAMIC_TOKEN: usize = 2;
@@ -79,6 +83,9 @@ struct State {
     _instance_lock: File,
     store: LockStore,
     manager: LockManager,
+    workers: WorkerRegistry,
+    /// What luxid must act on, for its `watchWorkers`.
+    outbox: Outbox,
     config: ConfigStore,
     next_token: usize,
     awaits: HashMap<Arc<Owner>, Await>,
@@ -105,6 +112,7 @@ impl Server {
         settings: Settings,
         store: LockStore,
         manager: LockManager,
+        workers: WorkerRegistry,
         config: ConfigStore,
         livelock: Livelock,
         livelock_dir: PathBuf,
@@ -153,6 +161,9 @@ impl Server {
                 _instance_lock: instance_lock,
                 store,
                 manager,
+                workers,
+                // A run's notices are numbered apart from every other's.
+                outbox: Outbox::new((unix_now() * 1e6) as u64),
                 config,
                 next_token: FIRST_DYNAMIC_TOKEN,
                 awaits: HashMap::new(),
@@ -266,6 +277,7 @@ impl Server {
     fn settle_awaits(&mut self) {
         for token in self.connections.take_dropped_holds() {
             self.state.end_await_of_token(token);
+            self.state.outbox.end_watch(token);
         }
         for (token, reply) in std::mem::take(&mut self.state.releases) {
             self.connections.release(token, reply);
@@ -274,6 +286,10 @@ impl Server {
 
     fn expire_awaits(&mut self, now: Instant) {
         for token in self.connections.expired(now) {
+            if let Some(batch) = self.state.outbox.end_watch(token) {
+                self.connections.release(token, Ok(batch));
+                continue;
+            }
             let reply = match self.state.end_await_of_token(token) {
                 Some((owner, waiting)) => Ok(encode_owners(
                     &self.state.manager.blockers(&owner, &waiting.request),
@@ -327,6 +343,9 @@ impl Server {
                 self.state.watch(&owner);
             }
         }
+        if let Some((token, batch)) = self.state.outbox.ready() {
+            self.connections.release(token, Ok(batch));
+        }
         self.state.commit()?;
         self.connections.reveal();
         for owner in sighups {
@@ -339,7 +358,7 @@ impl Server {
             let started = Instant::now();
             state
                 .store
-                .write_snapshot(&state.manager)
+                .write_snapshot(&state.manager, &state.workers)
                 .map_err(durability_lost(state.store.snapshot_path()))?;
             tracing::info!(
                 elapsed_ms = started.elapsed().as_millis() as u64,
@@ -373,6 +392,10 @@ impl Server {
             connections = self.connections.len(),
             watched_pids = state.pid_watches.len(),
             journal_bytes = state.store.journal_bytes(),
+            workers = state.workers.len(),
+            worker_holders = state.workers.holdings().count(),
+            worker_waiters = state.workers.waiters().count(),
+            worker_notices = state.outbox.kept(),
             "state dump"
         );
         tracing::info!(
@@ -549,8 +572,94 @@ impl State {
                 owner,
                 wanted,
             })),
+            R::RegisterWorker {
+                caps,
+                groups,
+                address,
+                prepare,
+            } => self.run_worker(WorkerOp::Register {
+                caps,
+                groups,
+                address,
+                prepare,
+            }),
+            R::DeregisterWorker { uuid } => self.run_worker(WorkerOp::Deregister { uuid }),
+            R::SetWorkerState { uuid, state, kill } => {
+                self.run_worker(WorkerOp::SetState { uuid, state, kill })
+            }
+            R::SetWorkerFail { uuid, reason } => {
+                self.run_worker(WorkerOp::SetFail { uuid, reason })
+            }
+            R::SetWorkerGroups { uuid, groups } => {
+                self.run_worker(WorkerOp::SetGroups { uuid, groups })
+            }
+            R::GetWorkerInfo { uuid } => match self.workers.get(&uuid) {
+                Some(worker) => Ok(encode_worker(worker)),
+                None => Err(worker_error(&WorkerError::NotFound)),
+            },
+            R::ListWorkers { filter, sort, page } => {
+                Ok(encode_listing(&self.workers.list(&filter, sort, &page)))
+            }
+            R::CheckWorkers { request } => {
+                if self.workers.could_ever_fit(&request) {
+                    Ok(json!(true))
+                } else {
+                    Err(worker_error(&WorkerError::NeverFits))
+                }
+            }
+            R::RequestWorkers {
+                job,
+                priority,
+                request,
+            } => self.run_worker(WorkerOp::Request {
+                job,
+                priority,
+                request,
+            }),
+            R::ReleaseWorkers { job, status } => self.run_worker(WorkerOp::Release { job, status }),
+            R::WorkerPrepared {
+                uuid,
+                seq,
+                status,
+                reason,
+            } => self.run_worker(WorkerOp::Prepared {
+                uuid,
+                seq,
+                outcome: if status == "success" {
+                    Ok(())
+                } else {
+                    Err(reason)
+                },
+            }),
+            R::WatchWorkers { cursor, timeout_ms } => {
+                match self
+                    .outbox
+                    .watch(token, cursor, &self.workers, &mut self.releases)
+                {
+                    Some(batch) => Ok(batch),
+                    None => {
+                        return Reply::Held(Instant::now() + Duration::from_millis(timeout_ms));
+                    }
+                }
+            }
         };
         Reply::Now(reply)
+    }
+
+    /// Runs one call of the worker registry: journaled if accepted, its
+    /// notices for luxid kept.
+    fn run_worker(&mut self, op: WorkerOp) -> Result<Value, WireError> {
+        let now = unix_now();
+        let effects = self
+            .workers
+            .apply(&op, now)
+            .map_err(|error| worker_error(&error))?;
+        self.store.record_worker(&op, now);
+        self.outbox.add(&effects, &self.workers);
+        if cfg!(debug_assertions) {
+            self.workers.check_invariants();
+        }
+        Ok(Value::Null)
     }
 
     /// Runs one lock operation: the one way the state changes.
@@ -886,6 +995,11 @@ fn config_verify_error(problems: Vec<String>) -> WireError {
         class: "ConfigVerifyError",
         args: vec![json!("Validation failed"), json!(problems)],
     }
+}
+
+/// A refused registry call: `GenericError` with Boruta's text.
+fn worker_error(error: &WorkerError) -> WireError {
+    WireError::generic(error.to_string())
 }
 
 fn update_reply(outcome: OpOutcome) -> Result<Value, WireError> {

@@ -22,7 +22,7 @@ use std::fmt;
 use crate::jobs::JobId;
 use crate::limits::{WORKER_GROUPS_MAX, WORKERS_PER_JOB_MAX};
 
-pub use list::{Direction, Filter, Order, Page, Sort, SortItem};
+pub use list::{Direction, Filter, Listing, Order, Page, Sort, SortItem};
 pub use matcher::Waiter;
 
 use matcher::Matcher;
@@ -309,6 +309,15 @@ pub enum WorkerOp {
     },
 }
 
+/// The registry as its snapshot keeps it (the indexes are rebuilt).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SavedRegistry {
+    pub workers: Vec<Worker>,
+    /// Waiting jobs: job, priority, request.
+    pub waiters: Vec<(JobId, i64, Request)>,
+    pub condemned: Vec<(JobId, String)>,
+}
+
 /// The registry.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Registry {
@@ -336,6 +345,72 @@ impl Registry {
             quarantine_after: after,
             ..Registry::default()
         }
+    }
+
+    pub fn saved(&self) -> SavedRegistry {
+        SavedRegistry {
+            workers: self.workers.values().cloned().collect(),
+            waiters: self
+                .matcher
+                .waiters()
+                .map(|(job, waiter)| (job, waiter.priority, waiter.request.clone()))
+                .collect(),
+            condemned: self
+                .condemned
+                .iter()
+                .map(|(job, reason)| (*job, reason.clone()))
+                .collect(),
+        }
+    }
+
+    /// The registry of a snapshot; an impossible one is refused, named.
+    pub fn restore(saved: SavedRegistry, quarantine_after: usize) -> Result<Registry, String> {
+        let mut registry = Registry::with_quarantine_after(quarantine_after);
+        for worker in saved.workers {
+            let uuid = worker.uuid.clone();
+            if worker.caps.get(UUID_CAP) != Some(&uuid) {
+                return Err(format!("worker {uuid}: its caps do not hold its UUID"));
+            }
+            if worker.holder.is_some() != matches!(worker.state, State::Running | State::Busy) {
+                return Err(format!(
+                    "worker {uuid}: in {} with holder {:?}",
+                    worker.state, worker.holder
+                ));
+            }
+            if let Some(job) = worker.holder {
+                registry
+                    .holdings
+                    .entry(job)
+                    .or_default()
+                    .insert(uuid.clone());
+            }
+            if worker.state == State::Idle {
+                registry.matcher.add_idle(&worker);
+            }
+            if registry.workers.insert(uuid.clone(), worker).is_some() {
+                return Err(format!("worker {uuid} is listed twice"));
+            }
+        }
+        for (job, priority, request) in saved.waiters {
+            if registry.holdings.contains_key(&job) {
+                return Err(format!("job {job} holds workers and waits"));
+            }
+            registry.matcher.add_waiter(job, priority, request);
+        }
+        for (job, reason) in saved.condemned {
+            if registry.matcher.waiter(job).is_some() {
+                return Err(format!("job {job} is told to end yet waits"));
+            }
+            registry.condemned.insert(job, reason);
+        }
+        if let Some((job, _)) = registry
+            .matcher
+            .waiters()
+            .find(|(_, waiter)| registry.best_fit(&waiter.request).is_some())
+        {
+            return Err(format!("job {job} waits, yet IDLE workers fit it"));
+        }
+        Ok(registry)
     }
 
     pub fn get(&self, uuid: &str) -> Option<&Worker> {

@@ -321,7 +321,7 @@ fn garbage_anywhere_before_the_last_journal_write_is_refused() {
     let load = |bytes: &[u8]| -> Result<SavedState, String> {
         fs::write(&journal_path, bytes).expect("write the journal");
         LockStore::open(dir)
-            .map(|(_, manager, _)| manager.saved())
+            .map(|(_, manager, _, _)| manager.saved())
             .map_err(|error| error.to_string())
     };
     let records = current_round(&state.journal);

@@ -41,3 +41,4 @@ mod wconfd_bad_input;
 mod wconfd_liveness;
 mod wconfd_rpc;
 mod wconfd_security;
+mod wconfd_workers;
