@@ -94,9 +94,7 @@ pub fn start(root: &Path) -> Result<Server, DaemonError> {
     let socket_path = root.join(WCONFD_SOCKET_PATH);
     let mut server = Server::new(
         settings,
-        store,
-        manager,
-        registry,
+        (store, manager, registry),
         config,
         livelock,
         livelock_dir,

@@ -110,9 +110,7 @@ struct State {
 impl Server {
     pub(super) fn new(
         settings: Settings,
-        store: LockStore,
-        manager: LockManager,
-        workers: WorkerRegistry,
+        (store, manager, workers): (LockStore, LockManager, WorkerRegistry),
         config: ConfigStore,
         livelock: Livelock,
         livelock_dir: PathBuf,
