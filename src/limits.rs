@@ -254,6 +254,11 @@ pub const WCONFD_RECONNECT_PAUSE_MAX: Duration = Duration::from_millis(500);
 /// meanwhile either way).
 pub const WCONFD_ANSWER_DEADLINE: Duration = Duration::from_secs(5);
 
+/// How long wconfd holds luxid's `watchWorkers` with nothing to tell: a
+/// held watch costs nothing, and one answered empty now and then shows
+/// the link alive.
+pub const WORKER_WATCH_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// luxid's calls waiting for wconfd at most: one per job whose runner died
 /// while wconfd did not answer. Past this a call is not made (wconfd's own
 /// probe of dead owners frees them), so a wconfd that stays away cannot

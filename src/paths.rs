@@ -35,3 +35,8 @@ pub const QUEUE_LOCK_FILE: &str = "lock";
 pub const DRAIN_FILE: &str = "drain";
 /// Under [`QUEUE_DIR`]: archived jobs.
 pub const ARCHIVE_DIR: &str = "archive";
+
+/// The environment variable that carries a job's workers (a JSON list of
+/// `{uuid, caps, groups, address}`) from luxid to its runner and on to
+/// its programs.
+pub const WORKERS_ENV: &str = "WARDEN_WORKERS";

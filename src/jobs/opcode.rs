@@ -35,6 +35,19 @@ pub struct Common {
     pub reason: Vec<Value>,
     pub dry_run: bool,
     pub debug_level: i64,
+    /// *(extension)* The workers the job holds while it runs (WORKERS.md);
+    /// only on a job's first opcode.
+    pub workers: Option<crate::workers::Request>,
+    /// *(extension)* Set by luxid alone on the opcode of a worker's
+    /// prepare job: which prepare it runs.
+    pub prepare_worker: Option<PrepareOf>,
+}
+
+/// The worker and the number of the prepare a prepare job runs.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PrepareOf {
+    pub uuid: String,
+    pub seq: u64,
 }
 
 /// One entry of `depends`: a job (negative: relative, before resolution)
@@ -141,13 +154,15 @@ pub fn parse(input: &Value) -> Result<Opcode, OpcodeError> {
 }
 
 /// The fields of Ganeti's `OpCode` base class, which every opcode has.
-const COMMON_FIELDS: [&str; 6] = [
+const COMMON_FIELDS: [&str; 8] = [
     "priority",
     "depends",
     "comment",
     "reason",
     "dry_run",
     "debug_level",
+    "workers",
+    "prepare_worker",
 ];
 
 /// The fields of Ganeti 3.0's `OpTestDelay`.
@@ -260,6 +275,27 @@ fn parse_common(fields: &Fields<'_>) -> Result<Common, OpcodeError> {
             .filter(|level| *level >= 0)
             .ok_or_else(|| fields.bad("debug_level", "must be a non-negative integer"))?,
     };
+    let workers = match fields.get("workers") {
+        None => None,
+        Some(value) => Some(
+            crate::protocol::workers::decode_request(value)
+                .map_err(|error| fields.bad("workers", error))?,
+        ),
+    };
+    let prepare_worker = match fields.get("prepare_worker") {
+        None => None,
+        Some(value) => Some(PrepareOf {
+            uuid: value
+                .get("uuid")
+                .and_then(Value::as_str)
+                .ok_or_else(|| fields.bad("prepare_worker", "has no uuid"))?
+                .to_owned(),
+            seq: value
+                .get("seq")
+                .and_then(Value::as_u64)
+                .ok_or_else(|| fields.bad("prepare_worker", "has no seq"))?,
+        }),
+    };
     Ok(Common {
         priority,
         depends,
@@ -267,6 +303,8 @@ fn parse_common(fields: &Fields<'_>) -> Result<Common, OpcodeError> {
         reason,
         dry_run,
         debug_level,
+        workers,
+        prepare_worker,
     })
 }
 
@@ -553,6 +591,8 @@ mod tests {
                     reason: vec![],
                     dry_run: false,
                     debug_level: 0,
+                    workers: None,
+                    prepare_worker: None,
                 },
                 kind: OpKind::TestDelay(TestDelay {
                     duration: 0.5,

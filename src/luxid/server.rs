@@ -43,6 +43,7 @@ use super::core::{
     RunnerSignal,
 };
 mod wire;
+mod workers;
 
 use super::wconfd_link::WconfdLink;
 use super::{DaemonError, io_error};
@@ -62,7 +63,8 @@ use crate::sys;
 const SIGNALS: Token = Token(1);
 const INOTIFY: Token = Token(2);
 const WCONFD: Token = Token(3);
-const FIRST_DYNAMIC_TOKEN: usize = 4;
+const WORKER_WATCH: Token = Token(4);
+const FIRST_DYNAMIC_TOKEN: usize = 5;
 
 /// The signals luxid sends a runner that the runner handles (cancel,
 /// priority request) or must survive (wconfd's SIGHUP); blocked while it
@@ -100,7 +102,11 @@ struct Shell {
     queue: Queue,
     _livelock: Livelock,
     /// luxid's calls to wconfd, never waited for.
-    wconfd: WconfdLink,
+    wconfd: WconfdLink<workers::WconfdCall>,
+    /// The held `watchWorkers` of the worker registry's notices.
+    worker_watch: WconfdLink<()>,
+    /// Where luxid is in wconfd's notices.
+    notice_cursor: Option<crate::protocol::workers::NoticeCursor>,
     /// Runner processes by pidfd token, with their job.
     processes: HashMap<Token, (JobId, Process)>,
     livelock_watches: HashMap<WatchDescriptor, JobId>,
@@ -170,6 +176,13 @@ impl Server {
             settings.luxid.frame_bytes_max,
         )
         .map_err(io_error("cannot register", &wconfd_socket))?;
+        let worker_watch = WconfdLink::new(
+            wconfd_socket.clone(),
+            poll.registry(),
+            WORKER_WATCH,
+            settings.luxid.frame_bytes_max,
+        )
+        .map_err(io_error("cannot register", &wconfd_socket))?;
         let livelock_dir = root.join(LIVELOCK_DIR);
         let config = Config {
             max_running_jobs: settings.luxid.max_running_jobs,
@@ -189,6 +202,8 @@ impl Server {
             queue,
             _livelock: livelock,
             wconfd,
+            worker_watch,
+            notice_cursor: None,
             processes: HashMap::new(),
             livelock_watches: HashMap::new(),
             watch_of: HashMap::new(),
@@ -202,6 +217,7 @@ impl Server {
             shell.watch_process(id, None, pidfd);
         }
         shell.carry_out(effects);
+        shell.watch_workers();
         Ok(Server {
             poll,
             signals,
@@ -246,7 +262,8 @@ impl Server {
                     }
                     SIGNALS => self.handle_signals(),
                     INOTIFY => self.shell.inotify_events(),
-                    WCONFD => self.shell.wconfd.event(Instant::now()),
+                    WCONFD => self.shell.wconfd_event(),
+                    WORKER_WATCH => self.shell.worker_watch_event(),
                     token if self.shell.processes.contains_key(&token) => {
                         self.shell.runner_exited(token)
                     }
@@ -261,6 +278,7 @@ impl Server {
             }
             self.connections.read_ready(&mut self.shell);
             self.shell.wconfd.tick(Instant::now());
+            self.shell.worker_watch.tick(Instant::now());
             self.finish_turn();
         }
         self.connections.remove_socket();
@@ -280,6 +298,7 @@ impl Server {
             self.connections.next_deadline(),
             self.shell.core.next_wakeup(),
             self.shell.wconfd.next_wakeup(),
+            self.shell.worker_watch.next_wakeup(),
         ]
         .into_iter()
         .flatten()
@@ -550,6 +569,9 @@ impl Shell {
                 Effect::FreeLocks { id, livelock, pid } => {
                     self.free_locks(&DeadOwner { id, livelock, pid })
                 }
+                Effect::RequestWorkers { .. }
+                | Effect::ReleaseWorkers { .. }
+                | Effect::PrepareEnded { .. } => self.worker_call(effect),
             }
         }
         outcome
@@ -710,6 +732,12 @@ impl Shell {
             // Its own process group: cancel-with-kill reaches every
             // process of the job, and none of luxid's.
             .process_group(0);
+        if let Some(workers) = self.core.assigned_workers(id) {
+            command.env(
+                crate::paths::WORKERS_ENV,
+                Value::Array(workers.to_vec()).to_string(),
+            );
+        }
         // The runner inherits these blocked: sent before it handles them,
         // they wait instead of killing it.
         let mask = sys::block_signals(&RUNNER_SIGNALS);
@@ -842,8 +870,10 @@ impl Shell {
     /// (its programs hold it until killed), so this makes it immediate. A
     /// failure is logged: wconfd's periodic probe still frees them.
     fn free_locks(&mut self, dead: &DeadOwner) {
-        self.wconfd.free_locks(
-            Owner::job(dead.id, dead.livelock.clone(), dead.pid),
+        let owner = Owner::job(dead.id, dead.livelock.clone(), dead.pid);
+        self.wconfd.call(
+            crate::protocol::wconfd::WconfdRequest::FreeLocks { owner },
+            workers::WconfdCall::FreeLocks { id: dead.id },
             Instant::now(),
         );
     }

@@ -2,17 +2,20 @@
 //! luxid's loop: luxid never waits on wconfd, so a paused, overloaded or
 //! restarting wconfd cannot stop luxid from answering its clients.
 //!
-//! The one call is `freeLocks` for the owner of a job whose runner died
+//! The calls: `freeLocks` for the owner of a job whose runner died
 //! (wconfd finds dead owners by itself too, but a job's livelock may
 //! outlive its runner while its programs are killed, so luxid's word makes
-//! the release immediate). Requests wait in a bounded queue, in order; they
-//! are written as the socket takes them and answered in order. An answer
-//! that does not come within [`WCONFD_ANSWER_DEADLINE`], or a connection
-//! that breaks, drops the connection; after a pause that doubles from
-//! [`WCONFD_RECONNECT_PAUSE_MIN`] to [`WCONFD_RECONNECT_PAUSE_MAX`] every
-//! unanswered request is sent again on a new one (`freeLocks` is
-//! idempotent). wconfd refusing a request is logged and the request
-//! dropped: retrying would be refused the same way.
+//! the release immediate), and the worker registry's calls of jobs
+//! (WORKERS.md). Requests wait in a bounded queue, in order; they are
+//! written as the socket takes them and answered in order, each answer
+//! (or refusal: retrying would be refused the same way) handed back with
+//! the purpose it was made for. An answer that does not come within its
+//! deadline, or a connection that breaks, drops the connection; after a
+//! pause that doubles from [`WCONFD_RECONNECT_PAUSE_MIN`] to
+//! [`WCONFD_RECONNECT_PAUSE_MAX`] every unanswered request is sent again
+//! on a new one (every call made through a link is idempotent). A held
+//! call (`watchWorkers`) holds the calls behind it, so it has a link of
+//! its own.
 
 use std::collections::VecDeque;
 use std::io::{self, Read};
@@ -27,20 +30,31 @@ use crate::limits::{
     READ_CHUNK_BYTES, WCONFD_ANSWER_DEADLINE, WCONFD_CALLS_QUEUED_MAX, WCONFD_RECONNECT_PAUSE_MAX,
     WCONFD_RECONNECT_PAUSE_MIN,
 };
-use crate::locks::Owner;
 use crate::protocol::FrameReader;
 use crate::protocol::wconfd::WconfdRequest;
+use serde_json::Value;
+
+/// One call and what it was made for.
+struct Call<P> {
+    request: WconfdRequest,
+    purpose: P,
+    /// How long wconfd may take to answer it once sent.
+    answer_within: Duration,
+}
+
+/// An answered call: its purpose and wconfd's answer (`Err`: refused).
+pub type Answered<P> = (P, Result<Value, ClientError>);
 
 /// A connection to wconfd driven by luxid's poll.
-pub struct WconfdLink {
+pub struct WconfdLink<P> {
     socket: PathBuf,
     registry: Registry,
     token: Token,
     frame_bytes_max: usize,
     connection: Option<Connection>,
-    /// Owners whose locks are to be freed, oldest first; the first
-    /// `connection.sent` of them were written on the current connection.
-    queue: VecDeque<Owner>,
+    /// Calls oldest first; the first `connection.sent` of them were
+    /// written on the current connection.
+    queue: VecDeque<Call<P>>,
     /// No connection before this (after a failure).
     retry_at: Option<Instant>,
     /// The pause before the next attempt after a failure.
@@ -58,13 +72,13 @@ struct Connection {
     writable_registered: bool,
 }
 
-impl WconfdLink {
+impl<P: std::fmt::Debug> WconfdLink<P> {
     pub fn new(
         socket: PathBuf,
         registry: &Registry,
         token: Token,
         frame_bytes_max: usize,
-    ) -> io::Result<WconfdLink> {
+    ) -> io::Result<WconfdLink<P>> {
         Ok(WconfdLink {
             socket,
             registry: registry.try_clone()?,
@@ -77,15 +91,37 @@ impl WconfdLink {
         })
     }
 
-    /// Asks wconfd to free every lock and the pending request of `owner`.
-    pub fn free_locks(&mut self, owner: Owner, now: Instant) {
+    /// Makes a call (idempotent: it may be sent again); its answer comes
+    /// back from [`WconfdLink::event`] with `purpose`. Refused (and
+    /// answered `false`) when too many calls wait.
+    pub fn call(&mut self, request: WconfdRequest, purpose: P, now: Instant) -> bool {
+        self.call_within(request, purpose, WCONFD_ANSWER_DEADLINE, now)
+    }
+
+    /// [`WconfdLink::call`] for a call wconfd may hold up to
+    /// `answer_within`.
+    pub fn call_within(
+        &mut self,
+        request: WconfdRequest,
+        purpose: P,
+        answer_within: Duration,
+        now: Instant,
+    ) -> bool {
         if self.queue.len() >= WCONFD_CALLS_QUEUED_MAX {
-            // wconfd's own probe of dead owners still frees them.
-            tracing::warn!(%owner, "too many calls wait for wconfd; this one is not made");
-            return;
+            tracing::warn!(
+                method = request.method(),
+                ?purpose,
+                "too many calls wait for wconfd; this one is not made"
+            );
+            return false;
         }
-        self.queue.push_back(owner);
+        self.queue.push_back(Call {
+            request,
+            purpose,
+            answer_within,
+        });
         self.send(now);
+        true
     }
 
     /// How many calls wait for their answer (or to be sent).
@@ -102,10 +138,13 @@ impl WconfdLink {
         }
     }
 
-    /// The link's socket is ready: reads answers, writes requests.
-    pub fn event(&mut self, now: Instant) {
-        self.receive(now);
+    /// The link's socket is ready: reads answers, writes requests;
+    /// answers the calls answered.
+    pub fn event(&mut self, now: Instant) -> Vec<Answered<P>> {
+        let mut answered = Vec::new();
+        self.receive(now, &mut answered);
         self.send(now);
+        answered
     }
 
     /// Time passed: an answer overdue drops the connection; a pause over
@@ -143,15 +182,12 @@ impl WconfdLink {
             }
         }
         let connection = self.connection.as_mut().expect("connected above");
-        for owner in self.queue.iter().skip(connection.sent) {
-            let request = WconfdRequest::FreeLocks {
-                owner: owner.clone(),
-            };
-            request.encode().write_frame(&mut connection.output);
+        for call in self.queue.iter().skip(connection.sent) {
+            call.request.encode().write_frame(&mut connection.output);
             connection.sent += 1;
         }
         if connection.deadline.is_none() && connection.sent > 0 {
-            connection.deadline = Some(now + WCONFD_ANSWER_DEADLINE);
+            connection.deadline = Some(now + self.queue[0].answer_within);
         }
         let written = crate::daemon::write_out(&mut connection.stream, &mut connection.output)
             .and_then(|()| {
@@ -183,7 +219,7 @@ impl WconfdLink {
     }
 
     /// Reads the answers that arrived, in request order.
-    fn receive(&mut self, now: Instant) {
+    fn receive(&mut self, now: Instant, answered: &mut Vec<Answered<P>>) {
         loop {
             let framed = match self.connection.as_mut() {
                 Some(connection) => connection.reader.next_frame(),
@@ -191,7 +227,7 @@ impl WconfdLink {
             };
             match framed {
                 Ok(Some(frame)) => {
-                    if !self.answered(now, &frame) {
+                    if !self.answered(now, &frame, answered) {
                         return;
                     }
                     continue;
@@ -231,19 +267,17 @@ impl WconfdLink {
 
     /// The answer to the oldest request sent; false if the connection was
     /// dropped.
-    fn answered(&mut self, now: Instant, frame: &[u8]) -> bool {
-        let Some(owner) = self.queue.pop_front() else {
+    fn answered(&mut self, now: Instant, frame: &[u8], answered: &mut Vec<Answered<P>>) -> bool {
+        let Some(call) = self.queue.pop_front() else {
             self.fail(now, &io::Error::other("an answer to no request"));
             return false;
         };
         match decode_answer("wconfd", frame) {
-            Ok(_) => tracing::debug!(%owner, "wconfd freed a dead job's locks"),
-            Err(error @ ClientError::Failed { .. }) => {
-                tracing::warn!(%owner, %error, "wconfd refused to free a dead job's locks");
-            }
+            Ok(value) => answered.push((call.purpose, Ok(value))),
+            Err(error @ ClientError::Failed { .. }) => answered.push((call.purpose, Err(error))),
             Err(error) => {
                 // Not an answer: the request goes again.
-                self.queue.push_front(owner);
+                self.queue.push_front(call);
                 self.fail(now, &io::Error::other(error.to_string()));
                 return false;
             }
@@ -254,7 +288,7 @@ impl WconfdLink {
             .as_mut()
             .expect("answers come on a connection");
         connection.sent = connection.sent.saturating_sub(1);
-        connection.deadline = (connection.sent > 0).then_some(now + WCONFD_ANSWER_DEADLINE);
+        connection.deadline = (connection.sent > 0).then(|| now + self.queue[0].answer_within);
         true
     }
 
@@ -269,7 +303,7 @@ impl WconfdLink {
                 %error,
                 waiting = self.queue.len(),
                 pause_ms = self.pause.as_millis() as u64,
-                "cannot reach wconfd to free dead jobs' locks; trying again"
+                "cannot reach wconfd; its calls wait and go again"
             );
         }
         self.retry_at = Some(now + self.pause);
@@ -283,6 +317,7 @@ mod tests {
     use std::os::unix::net::{UnixListener, UnixStream as StdStream};
 
     use super::*;
+    use crate::locks::Owner;
     use crate::protocol::{ETX, parse_request};
 
     /// The next request a fake wconfd reads on `stream`.
@@ -301,10 +336,17 @@ mod tests {
         let socket = dir.path().join("wconfd.sock");
         let listener = UnixListener::bind(&socket).expect("bind");
         let poll = mio::Poll::new().expect("a poll");
-        let mut link = WconfdLink::new(socket, poll.registry(), Token(7), 1 << 20).expect("a link");
+        let mut link: WconfdLink<u32> =
+            WconfdLink::new(socket, poll.registry(), Token(7), 1 << 20).expect("a link");
         let owner = Owner::job(3, "/l/job_000003_1", 42);
         let start = Instant::now();
-        link.free_locks(owner.clone(), start);
+        link.call(
+            WconfdRequest::FreeLocks {
+                owner: owner.clone(),
+            },
+            1,
+            start,
+        );
         let (mut hung, _) = listener.accept().expect("the first connection");
         let request = read_request(&mut hung);
         assert_eq!(request.method, "freeLocks");
@@ -334,7 +376,8 @@ mod tests {
         answering
             .write_all(b"{\"success\": true, \"result\": []}\x03")
             .expect("answer");
-        link.event(overdue + WCONFD_RECONNECT_PAUSE_MIN);
+        let answers = link.event(overdue + WCONFD_RECONNECT_PAUSE_MIN);
+        assert!(matches!(answers.as_slice(), [(1, Ok(_))]), "{answers:?}");
         assert_eq!(link.waiting(), 0);
         assert_eq!(link.next_wakeup(), None);
     }
@@ -344,11 +387,12 @@ mod tests {
         let dir = tempfile::tempdir().expect("a temp dir");
         let socket = dir.path().join("wconfd.sock");
         let poll = mio::Poll::new().expect("a poll");
-        let mut link =
+        let mut link: WconfdLink<u32> =
             WconfdLink::new(socket.clone(), poll.registry(), Token(7), 1 << 20).expect("a link");
         let now = Instant::now();
         // Nobody listens: the call waits, with a doubling pause.
-        link.free_locks(Owner::job(1, "/l/a", 1), now);
+        let owner = Owner::job(1, "/l/a", 1);
+        link.call(WconfdRequest::FreeLocks { owner }, 2, now);
         assert_eq!(link.waiting(), 1);
         assert_eq!(link.next_wakeup(), Some(now + WCONFD_RECONNECT_PAUSE_MIN));
         link.tick(now + WCONFD_RECONNECT_PAUSE_MIN);
@@ -364,7 +408,11 @@ mod tests {
         wconfd
             .write_all(b"{\"success\": false, \"result\": [\"GenericError\", [\"no\"]]}\x03")
             .expect("answer");
-        link.event(later);
+        let answers = link.event(later);
+        assert!(
+            matches!(answers.as_slice(), [(2, Err(ClientError::Failed { .. }))]),
+            "{answers:?}"
+        );
         assert_eq!(link.waiting(), 0, "a refusal is not retried");
     }
 }

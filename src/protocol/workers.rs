@@ -213,6 +213,22 @@ pub fn decode_saved_worker(value: &Value) -> Result<Worker, String> {
     })
 }
 
+/// The environment of a job's programs for a `WARDEN_WORKERS` list: the
+/// list, and the first worker's uuid and address.
+pub fn worker_env_of(list: &str) -> Vec<(String, String)> {
+    let mut env = vec![(crate::paths::WORKERS_ENV.to_owned(), list.to_owned())];
+    let workers: Value = serde_json::from_str(list).unwrap_or(Value::Null);
+    if let Some(first) = workers.get(0) {
+        if let Some(uuid) = first.get("uuid").and_then(Value::as_str) {
+            env.push(("WARDEN_WORKER_UUID".to_owned(), uuid.to_owned()));
+        }
+        if let Some(address) = first.get("address").and_then(Value::as_str) {
+            env.push(("WARDEN_WORKER_ADDRESS".to_owned(), address.to_owned()));
+        }
+    }
+    env
+}
+
 // ----- listWorkers -----
 
 /// `null` or `{"groups", "caps", "states"}`.

@@ -13,6 +13,7 @@
 //! output is read until the program has exited and its pipes hold nothing
 //! more (what processes it left behind write later is not collected).
 
+use crate::paths::WORKERS_ENV;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
@@ -97,6 +98,16 @@ fn not_started(program: &str, why: impl std::fmt::Display) -> OpResult {
     ]))
 }
 
+/// What a program learns of the workers its job holds (WORKERS.md): the
+/// list luxid gave the runner, and the first one's uuid and address.
+pub fn worker_env() -> Vec<(String, String)> {
+    let Some(list) = std::env::var_os(WORKERS_ENV) else {
+        return Vec::new();
+    };
+    let list = list.to_string_lossy().into_owned();
+    crate::protocol::workers::worker_env_of(&list)
+}
+
 /// The command for `exec`, not yet started.
 pub fn command(exec: &Exec, job: u64, root: &Path) -> Command {
     let mut command = Command::new(&exec.argv[0]);
@@ -106,6 +117,7 @@ pub fn command(exec: &Exec, job: u64, root: &Path) -> Command {
         .env("PATH", PATH)
         .env("WARDEN_JOB_ID", job.to_string())
         .env("WARDEN_ROOT", root)
+        .envs(worker_env())
         .envs(exec.env.iter().map(|(name, value)| (name, value)))
         .current_dir(exec.cwd.as_deref().unwrap_or("/"))
         .stdin(if exec.stdin.is_some() {

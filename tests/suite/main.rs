@@ -30,6 +30,7 @@ mod lock_properties;
 mod luxid;
 mod luxid_bad_input;
 mod luxid_query;
+mod luxid_workers;
 mod queue_properties;
 mod queue_reference;
 mod reference;

@@ -720,7 +720,10 @@ impl World {
                 | Effect::UnwatchLivelock { .. }
                 | Effect::RemoveLivelock { .. }
                 | Effect::RemovePriorityRequest { .. }
-                | Effect::FreeLocks { .. } => {}
+                | Effect::FreeLocks { .. }
+                | Effect::RequestWorkers { .. }
+                | Effect::ReleaseWorkers { .. }
+                | Effect::PrepareEnded { .. } => {}
             }
             let mut more = Vec::new();
             for input in inputs {

@@ -36,12 +36,19 @@ mod requests;
 mod runners;
 #[cfg(test)]
 mod tests;
+mod workers;
 
 use crate::limits::{DEAD_JOB_WRITE_RETRY_INTERVAL, RELEASE_PROBE_INTERVAL};
 
 /// A client connection, as the shell names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Conn(pub usize);
+
+impl Conn {
+    /// luxid itself, as the submitter of a worker's prepare job and the
+    /// canceler of one that lost to a newer state: its answers go nowhere.
+    pub const LUXID: Conn = Conn(usize::MAX);
+}
 
 /// A change the core asked the shell to make durable (or to do, for a
 /// kill whose failure is the answer), named in its [`Input::Done`].
@@ -222,6 +229,17 @@ pub enum Input {
         id: JobId,
         released: bool,
     },
+    /// wconfd gave a job its workers (as its programs see them).
+    WorkersAssigned {
+        id: JobId,
+        workers: Vec<Value>,
+    },
+    /// wconfd says the job must end `error` (a worker it holds failed, or
+    /// none it asks for can be any more).
+    EndJob {
+        id: JobId,
+        reason: String,
+    },
     /// The requests of a turn were handled: watchers of changed jobs are
     /// answered, new jobs committed, queued ones started.
     EndTurn,
@@ -333,6 +351,23 @@ pub enum Effect {
         livelock: String,
         pid: u32,
     },
+    /// Ask wconfd for a durable job's workers (again, after a restart).
+    RequestWorkers {
+        id: JobId,
+        priority: i64,
+        request: crate::workers::Request,
+    },
+    /// Tell wconfd the job that asked for workers ended.
+    ReleaseWorkers {
+        id: JobId,
+        status: Status,
+    },
+    /// Tell wconfd a worker's prepare job ended.
+    PrepareEnded {
+        of: opcode::PrepareOf,
+        status: Status,
+        reason: String,
+    },
 }
 
 /// Signals for a runner whose pid is not known yet.
@@ -434,6 +469,10 @@ enum Pending {
     DeadEnd {
         job: Job,
     },
+    /// A job not started that wconfd said must end.
+    Ended {
+        job: Job,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -477,6 +516,18 @@ pub struct QueueCore {
     new_jobs: Vec<JobId>,
     /// Jobs changed since the last turn's end (their watchers are checked).
     changed: BTreeSet<JobId>,
+    /// What the unfinished jobs asking for workers ask (WORKERS.md).
+    worker_requests: BTreeMap<JobId, crate::workers::Request>,
+    /// The workers wconfd gave them: only these jobs may start.
+    assigned: BTreeMap<JobId, Vec<Value>>,
+    /// Started jobs wconfd said must end, with the reason their `error`
+    /// gives once their runner is gone.
+    doomed: BTreeMap<JobId, String>,
+    /// Prepare jobs of workers by the prepare they run, and back.
+    prepare_jobs: BTreeMap<opcode::PrepareOf, JobId>,
+    prepare_of: BTreeMap<JobId, opcode::PrepareOf>,
+    /// Effects of jobs ending, added to the effects of the current input.
+    ended: Vec<Effect>,
 }
 
 /// Where a runner of `job` keeps its livelock: the recorded one, else the
@@ -539,6 +590,12 @@ impl QueueCore {
             next_ticket: 0,
             new_jobs: Vec::new(),
             changed: BTreeSet::new(),
+            worker_requests: BTreeMap::new(),
+            assigned: BTreeMap::new(),
+            doomed: BTreeMap::new(),
+            prepare_jobs: BTreeMap::new(),
+            prepare_of: BTreeMap::new(),
+            ended: Vec::new(),
         };
         let mut effects = Vec::new();
         for job in restored.jobs {
@@ -587,6 +644,18 @@ impl QueueCore {
                 }
             }
             core.depends.insert(id, dependencies(&job));
+            core.note_worker_parts(&job);
+            if let Some(request) = core.worker_requests.get(&id)
+                && !core.runners.contains_key(&id)
+            {
+                // Asked again: wconfd answers a request it has with
+                // nothing new (it may never have had it).
+                effects.push(Effect::RequestWorkers {
+                    id,
+                    priority: job.priority(),
+                    request: request.clone(),
+                });
+            }
             core.jobs.insert(id, job);
         }
         for id in core.finished.keys() {
@@ -628,9 +697,14 @@ impl QueueCore {
                 }
             }
             Input::Probed { id, released } => self.probed(id, released, now, &mut effects),
+            Input::WorkersAssigned { id, workers } => {
+                self.workers_assigned(id, workers, &mut effects)
+            }
+            Input::EndJob { id, reason } => self.end_job(id, reason, &mut effects),
             Input::EndTurn => self.end_turn(&mut effects),
             Input::Tick => self.tick(now, &mut effects),
         }
+        effects.append(&mut self.ended);
         self.debug_check();
         effects
     }
@@ -736,6 +810,9 @@ impl QueueCore {
     fn put(&mut self, job: Job) {
         let id = job.id;
         if job.is_final() {
+            if self.jobs.contains_key(&id) {
+                self.job_ended(&job);
+            }
             self.unqueue(id);
             // A new job canceled before its commit was written whole.
             self.new_jobs.retain(|&new| new != id);
@@ -750,6 +827,9 @@ impl QueueCore {
 
     fn archived(&mut self, id: JobId) {
         self.finished.remove(&id);
+        if let Some(of) = self.prepare_of.remove(&id) {
+            self.prepare_jobs.remove(&of);
+        }
         self.changed.insert(id);
     }
 

@@ -138,6 +138,7 @@ impl QueueCore {
                     self.serial = job.id;
                     results.push(Ok(job.id));
                     self.depends.insert(job.id, dependencies(&job));
+                    self.note_worker_parts(&job);
                     self.new_jobs.push(job.id);
                     self.jobs.insert(job.id, job);
                 }
@@ -459,6 +460,12 @@ impl QueueCore {
                 // Not written: the job stays as it was, with no runner,
                 // until luxid restarts.
                 if ok {
+                    self.put(job);
+                }
+            }
+            Pending::Ended { job } => {
+                if ok {
+                    self.unqueue(job.id);
                     self.put(job);
                 }
             }

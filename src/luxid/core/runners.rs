@@ -53,11 +53,22 @@ impl QueueCore {
                 self.unqueue(id);
                 self.jobs.remove(&id);
                 self.depends.remove(&id);
+                self.forget_worker_parts(id);
                 self.changed.insert(id);
             }
             self.check_watchers(effects);
             self.schedule(effects);
             return;
+        }
+        for &id in &new_jobs {
+            if let (Some(request), Some(job)) = (self.worker_requests.get(&id), self.jobs.get(&id))
+            {
+                effects.push(Effect::RequestWorkers {
+                    id,
+                    priority: job.priority(),
+                    request: request.clone(),
+                });
+            }
         }
         for (id, outcome) in spawned {
             // One that failed stays queued: started again below.
@@ -253,9 +264,10 @@ impl QueueCore {
             });
         }
         let mut job = job.clone();
-        let message = match cause {
-            Some(cause) => format!("detected death of job {id}: its runner {cause}"),
-            None => format!("detected death of job {id}"),
+        let message = match (self.doomed.remove(&id), cause) {
+            (Some(reason), _) => reason,
+            (None, Some(cause)) => format!("detected death of job {id}: its runner {cause}"),
+            (None, None) => format!("detected death of job {id}"),
         };
         job.finish_unfinished(Status::Error, &exec_error(message));
         self.ask(
@@ -411,7 +423,7 @@ impl QueueCore {
         self.queued
             .iter()
             .map(|&(_, id)| id)
-            .filter(|id| self.dependencies_final(*id))
+            .filter(|id| self.dependencies_final(*id) && self.has_its_workers(*id))
             .take(room)
             .collect()
     }

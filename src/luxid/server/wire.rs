@@ -107,7 +107,13 @@ impl Shell {
     /// A job of a submission, with the id the core gives it if the
     /// `accepted` jobs before it in the submission are accepted.
     fn build_job(&self, ops: &Value, accepted: u64) -> Result<Job, String> {
-        build_job(ops, self.core.serial() + 1 + accepted).map_err(|error| error.message())
+        build_job(ops, self.core.serial() + 1 + accepted, Submitter::Client)
+            .map_err(|error| error.message())
+    }
+
+    /// A job luxid submits itself (a worker's prepare).
+    pub(super) fn build_internal_job(&self, ops: &Value) -> Result<Job, String> {
+        build_job(ops, self.core.serial() + 1, Submitter::Luxid).map_err(|error| error.message())
     }
 
     fn query_jobs(
@@ -244,9 +250,16 @@ pub(super) fn wire_reply(reply: queue_core::Reply) -> Result<Value, WireError> {
     }
 }
 
+/// Who submits a job: only luxid marks a worker's prepare job.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Submitter {
+    Client,
+    Luxid,
+}
+
 /// A job from a submission: every opcode checked, ids made absolute and
 /// the submit reason appended. Nothing is written here.
-fn build_job(ops: &Value, id: JobId) -> Result<Job, WireError> {
+fn build_job(ops: &Value, id: JobId, submitter: Submitter) -> Result<Job, WireError> {
     let Some(ops) = ops.as_array() else {
         return Err(luxi::prereq("a job is a list of opcodes"));
     };
@@ -261,6 +274,16 @@ fn build_job(ops: &Value, id: JobId) -> Result<Job, WireError> {
     for (index, op) in ops.iter().enumerate() {
         let parsed =
             opcode::parse(op).map_err(|error| luxi::prereq(format!("opcode {index}: {error}")))?;
+        if index > 0 && parsed.common.workers.is_some() {
+            return Err(luxi::prereq(format!(
+                "opcode {index}: workers: only the first opcode of a job may ask for workers"
+            )));
+        }
+        if submitter == Submitter::Client && parsed.common.prepare_worker.is_some() {
+            return Err(luxi::prereq(format!(
+                "opcode {index}: prepare_worker is set by luxid alone"
+            )));
+        }
         let input = opcode::with_absolute_dependencies(op, id)
             .map_err(|error| luxi::prereq(format!("opcode {index}: {error}")))?;
         let input = opcode::with_submit_reason(&input, id, index, now_ns);
@@ -317,7 +340,7 @@ mod tests {
             ops in crate::protocol::arbitrary::json(),
             id in 1u64..u64::MAX,
         ) {
-            match build_job(&ops, id) {
+            match build_job(&ops, id, Submitter::Client) {
                 Ok(job) => {
                     prop_assert_eq!(job.id, id);
                     prop_assert_eq!(job.ops.len(), ops.as_array().map_or(0, Vec::len));
