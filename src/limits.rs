@@ -254,6 +254,10 @@ pub const WCONFD_RECONNECT_PAUSE_MAX: Duration = Duration::from_millis(500);
 /// meanwhile either way).
 pub const WCONFD_ANSWER_DEADLINE: Duration = Duration::from_secs(5);
 
+/// How long a submission asking for workers waits for wconfd's check
+/// before it is refused: past a reconnection or two.
+pub const WORKERS_CHECK_DEADLINE: Duration = Duration::from_secs(15);
+
 /// How long wconfd holds luxid's `watchWorkers` with nothing to tell: a
 /// held watch costs nothing, and one answered empty now and then shows
 /// the link alive.

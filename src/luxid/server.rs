@@ -107,6 +107,10 @@ struct Shell {
     worker_watch: WconfdLink<()>,
     /// Where luxid is in wconfd's notices.
     notice_cursor: Option<crate::protocol::workers::NoticeCursor>,
+    /// Submissions held for wconfd's check of their workers requests.
+    held_submissions: HashMap<u64, workers::HeldSubmission>,
+    submission_of: HashMap<Conn, u64>,
+    next_submission: u64,
     /// Runner processes by pidfd token, with their job.
     processes: HashMap<Token, (JobId, Process)>,
     livelock_watches: HashMap<WatchDescriptor, JobId>,
@@ -204,6 +208,9 @@ impl Server {
             wconfd,
             worker_watch,
             notice_cursor: None,
+            held_submissions: HashMap::new(),
+            submission_of: HashMap::new(),
+            next_submission: 0,
             processes: HashMap::new(),
             livelock_watches: HashMap::new(),
             watch_of: HashMap::new(),
@@ -329,11 +336,15 @@ impl Server {
         let committed = self.shell.run(Input::EndTurn);
         self.settle_watchers();
         for token in self.connections.expired(Instant::now()) {
+            if self.shell.expire_submission(Conn(token.0)) {
+                continue;
+            }
             // The core answers every wait at its deadline; a hold it does
             // not know is one it never had.
             self.connections
                 .release(token, Err(WireError::generic("the wait was lost")));
         }
+        self.settle_watchers();
         if let Some(Err(error)) = committed {
             self.connections.fail_turn(&WireError::generic(format!(
                 "cannot write the job queue: {error}"

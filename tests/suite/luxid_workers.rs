@@ -116,12 +116,46 @@ fn a_submission_no_worker_could_fit_is_refused_and_a_later_opcode_may_not_ask() 
                  "prepare_worker": {"uuid": "b1", "seq": 1}}]]),
     );
     assert!(text.contains("set by luxid alone"), "{text}");
+    // No registered worker could ever fit: refused, whatever the states.
+    let (class, text) = client.fails(
+        "SubmitJob",
+        json!([[{"OP_ID": "OP_EXEC", "argv": ["/bin/true"], "workers": {"caps": {"arch": "sparc"}}}]]),
+    );
+    assert_eq!(class, "OpPrereqError");
+    assert!(text.contains("no registered worker matches"), "{text}");
+    let many = client.ok(
+        "SubmitManyJobs",
+        json!([[
+            [{"OP_ID": "OP_EXEC", "argv": ["/bin/true"], "workers": {"groups": ["nowhere"]}}],
+            [{"OP_ID": "OP_EXEC", "argv": ["/bin/true"], "workers": {"caps": {"arch": "arm64"}}}],
+            [{"OP_ID": "OP_EXEC", "argv": ["/bin/true"]}]
+        ]]),
+    );
+    assert_eq!(many[0][0], false, "{many}");
+    assert!(
+        many[0][1]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no registered worker"),
+        "{many}"
+    );
+    assert_eq!(many[1][0], true, "{many}");
+    assert_eq!(many[2][0], true, "{many}");
+    let waiting = many[1][1].as_u64().expect("an id");
+    assert_eq!(cluster.status(waiting), "queued");
+    assert_eq!(
+        cluster.wait_final(many[2][1].as_u64().expect("an id")),
+        "success"
+    );
+    client.ok("CancelJob", json!([waiting]));
+    assert_eq!(cluster.wait_final(waiting), "canceled");
+    // Nothing of the refused ones was written: two job files.
     let queued = fs::read_dir(cluster.root().path().join("queue"))
         .expect("the queue")
         .filter_map(Result::ok)
         .filter(|entry| entry.file_name().to_string_lossy().starts_with("job-"))
         .count();
-    assert_eq!(queued, 0, "nothing was written");
+    assert_eq!(queued, 2, "nothing of the refused jobs was written");
 }
 
 #[test]

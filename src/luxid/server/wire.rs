@@ -3,7 +3,7 @@
 //! answered from the core's read-only view (`QueryJobs`,
 //! `QueryConfigValues`); the core's answers are put on the wire.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -21,14 +21,28 @@ impl Shell {
     /// Converts a decoded request into the core's command (or answers a
     /// read-only one from the core's state).
     pub(super) fn request(&mut self, conn: Conn, request: LuxiRequest) -> Reply {
+        if let Some(reply) = self.check_workers_first(conn, &request) {
+            return reply;
+        }
+        self.command(conn, request, &BTreeMap::new())
+    }
+
+    /// Runs a decoded request; `refused`: the jobs of a submission (by
+    /// index) whose workers request wconfd refused.
+    pub(super) fn command(
+        &mut self,
+        conn: Conn,
+        request: LuxiRequest,
+        refused: &BTreeMap<usize, String>,
+    ) -> Reply {
         let command = match request {
             LuxiRequest::SubmitJob { ops } => Command::Submit {
-                jobs: vec![self.build_job(&ops, 0)],
+                jobs: vec![refused_or(refused, 0, || self.build_job(&ops, 0))],
                 ignore_drain: false,
                 many: false,
             },
             LuxiRequest::SubmitJobToDrainedQueue { ops } => Command::Submit {
-                jobs: vec![self.build_job(&ops, 0)],
+                jobs: vec![refused_or(refused, 0, || self.build_job(&ops, 0))],
                 ignore_drain: true,
                 many: false,
             },
@@ -36,8 +50,8 @@ impl Shell {
                 let mut built = Vec::with_capacity(jobs.len());
                 if jobs.len() <= crate::limits::SUBMIT_MANY_JOBS_MAX {
                     let mut accepted = 0;
-                    for ops in &jobs {
-                        let job = self.build_job(ops, accepted);
+                    for (index, ops) in jobs.iter().enumerate() {
+                        let job = refused_or(refused, index, || self.build_job(ops, accepted));
                         accepted += u64::from(job.is_ok());
                         built.push(job);
                     }
@@ -247,6 +261,18 @@ pub(super) fn wire_reply(reply: queue_core::Reply) -> Result<Value, WireError> {
             args: vec![json!(format!("Job {id} not found"))],
         }),
         Err(Refusal::Failed(message)) => Err(WireError::generic(message)),
+    }
+}
+
+/// A job refused by wconfd's check of its workers request, or built.
+fn refused_or(
+    refused: &BTreeMap<usize, String>,
+    index: usize,
+    build: impl FnOnce() -> Result<Job, String>,
+) -> Result<Job, String> {
+    match refused.get(&index) {
+        Some(message) => Err(message.clone()),
+        None => build(),
     }
 }
 

@@ -5,34 +5,75 @@
 //! the first answer lists everything still to do, and luxid asks again
 //! for every job it has waiting: each call is idempotent.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use serde_json::{Value, json};
 
 use super::Shell;
 use crate::client::ClientError;
+use crate::connection::Reply;
 use crate::jobs::opcode::{OP_EXEC, PrepareOf};
 use crate::jobs::{JobId, Status};
-use crate::limits::{WCONFD_ANSWER_DEADLINE, WORKER_WATCH_TIMEOUT};
+use crate::limits::{WCONFD_ANSWER_DEADLINE, WORKER_WATCH_TIMEOUT, WORKERS_CHECK_DEADLINE};
 use crate::luxid::core::{Command, Conn, Effect, Input};
 use crate::paths::WORKERS_ENV;
+use crate::protocol::luxi::LuxiRequest;
 use crate::protocol::wconfd::WconfdRequest;
 use crate::protocol::workers::worker_env_of;
-use crate::protocol::workers::{NoticeBatch, WorkerNotice, decode_batch};
+use crate::protocol::workers::{NoticeBatch, WorkerNotice, decode_batch, decode_request};
+use crate::workers::Request as WorkerRequest;
 
 /// What a call to wconfd was made for.
 #[derive(Debug)]
 pub enum WconfdCall {
-    FreeLocks { id: JobId },
-    RequestWorkers { id: JobId },
-    ReleaseWorkers { id: JobId },
-    WorkerPrepared { of: PrepareOf },
+    FreeLocks {
+        id: JobId,
+    },
+    /// Whether job `index` of held submission `submission` could ever
+    /// have its workers.
+    CheckWorkers {
+        submission: u64,
+        index: usize,
+    },
+    RequestWorkers {
+        id: JobId,
+    },
+    ReleaseWorkers {
+        id: JobId,
+    },
+    WorkerPrepared {
+        of: PrepareOf,
+    },
+}
+
+/// A submission held while wconfd checks its workers requests.
+pub struct HeldSubmission {
+    conn: Conn,
+    request: LuxiRequest,
+    unanswered: usize,
+    refused: BTreeMap<usize, String>,
+}
+
+/// wconfd's text of a refusal.
+fn failure_text(error: &ClientError) -> String {
+    match error {
+        ClientError::Failed { args, .. } => args
+            .first()
+            .and_then(Value::as_str)
+            .unwrap_or("refused")
+            .to_owned(),
+        other => other.to_string(),
+    }
 }
 
 impl std::fmt::Display for WconfdCall {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             WconfdCall::FreeLocks { id } => write!(f, "freeing the locks of dead job {id}"),
+            WconfdCall::CheckWorkers { submission, index } => {
+                write!(f, "checking job {index} of submission {submission}")
+            }
             WconfdCall::RequestWorkers { id } => write!(f, "asking for job {id}'s workers"),
             WconfdCall::ReleaseWorkers { id } => write!(f, "releasing job {id}'s workers"),
             WconfdCall::WorkerPrepared { of } => {
@@ -80,24 +121,125 @@ impl Shell {
         self.wconfd.call(request, purpose, now);
     }
 
+    /// A submission with a job asking for workers is held until wconfd
+    /// says whether some registered worker could ever serve each such job
+    /// (refused at submit, nothing written, if not); `None`: not such a
+    /// submission.
+    pub(super) fn check_workers_first(
+        &mut self,
+        conn: Conn,
+        request: &LuxiRequest,
+    ) -> Option<Reply> {
+        let submissions: Vec<&Value> = match request {
+            LuxiRequest::SubmitJob { ops } | LuxiRequest::SubmitJobToDrainedQueue { ops } => {
+                vec![ops]
+            }
+            LuxiRequest::SubmitManyJobs { jobs }
+                if jobs.len() <= crate::limits::SUBMIT_MANY_JOBS_MAX =>
+            {
+                jobs.iter().collect()
+            }
+            _ => return None,
+        };
+        let asked: Vec<(usize, WorkerRequest)> = submissions
+            .iter()
+            .enumerate()
+            .filter_map(|(index, ops)| {
+                let wanted = ops.get(0)?.get("workers")?;
+                // A malformed one is refused when the job is built.
+                Some((index, decode_request(wanted).ok()?))
+            })
+            .collect();
+        if asked.is_empty() {
+            return None;
+        }
+        let submission = self.next_submission;
+        self.next_submission += 1;
+        let now = Instant::now();
+        for (index, request) in &asked {
+            self.wconfd.call(
+                WconfdRequest::CheckWorkers {
+                    request: request.clone(),
+                },
+                WconfdCall::CheckWorkers {
+                    submission,
+                    index: *index,
+                },
+                now,
+            );
+        }
+        self.held_submissions.insert(
+            submission,
+            HeldSubmission {
+                conn,
+                request: request.clone(),
+                unanswered: asked.len(),
+                refused: BTreeMap::new(),
+            },
+        );
+        self.submission_of.insert(conn, submission);
+        Some(Reply::Held(now + WORKERS_CHECK_DEADLINE))
+    }
+
+    /// A held submission's deadline passed (wconfd did not answer): it
+    /// is refused; whether it was one.
+    pub(super) fn expire_submission(&mut self, conn: Conn) -> bool {
+        let Some(submission) = self.submission_of.remove(&conn) else {
+            return false;
+        };
+        self.held_submissions.remove(&submission);
+        self.releases.push((
+            mio::Token(conn.0),
+            Err(crate::protocol::WireError::generic(
+                "wconfd did not answer in time: the jobs' workers requests cannot be checked",
+            )),
+        ));
+        true
+    }
+
+    fn checked(&mut self, submission: u64, index: usize, refusal: Option<String>) {
+        let Some(held) = self.held_submissions.get_mut(&submission) else {
+            return; // expired
+        };
+        if let Some(message) = refusal {
+            held.refused
+                .insert(index, format!("opcode 0: workers: {message}"));
+        }
+        held.unanswered -= 1;
+        if held.unanswered > 0 {
+            return;
+        }
+        let held = self
+            .held_submissions
+            .remove(&submission)
+            .expect("looked up above");
+        self.submission_of.remove(&held.conn);
+        let reply = match self.command(held.conn, held.request, &held.refused) {
+            crate::connection::Reply::Now(reply) => reply,
+            crate::connection::Reply::Held(_) => Err(crate::protocol::WireError::generic(
+                "a submission was held twice",
+            )),
+        };
+        self.releases.push((mio::Token(held.conn.0), reply));
+    }
+
     /// The call link's socket is ready.
     pub(super) fn wconfd_event(&mut self) {
         for (purpose, answer) in self.wconfd.event(Instant::now()) {
             match (purpose, answer) {
+                (WconfdCall::CheckWorkers { submission, index }, answer) => {
+                    let refusal = answer.err().map(|error| failure_text(&error));
+                    self.checked(submission, index, refusal);
+                }
+                (WconfdCall::FreeLocks { id }, Ok(_)) => {
+                    tracing::debug!(job = id, "wconfd freed a dead job's locks");
+                }
                 (_, Ok(_)) => {}
-                (WconfdCall::RequestWorkers { id }, Err(error @ ClientError::Failed { .. })) => {
+                (WconfdCall::RequestWorkers { id }, Err(error)) => {
                     // Nothing registered fits any more: the job ends.
-                    let message = match &error {
-                        ClientError::Failed { args, .. } => args
-                            .first()
-                            .and_then(Value::as_str)
-                            .unwrap_or("refused")
-                            .to_owned(),
-                        _ => error.to_string(),
-                    };
                     self.run(Input::EndJob {
                         id,
-                        reason: format!("workers: {message}"),
+                        reason: format!("workers: {}", failure_text(&error)),
                     });
                 }
                 (purpose, Err(error)) => {
