@@ -37,6 +37,16 @@ pub struct ExecArgs {
     /// Run the program in this directory
     #[arg(long, value_name = "DIR")]
     cwd: Option<String>,
+    /// Hold a worker of one of these groups while the job runs (repeatable)
+    #[arg(long = "worker-group", value_name = "GROUP")]
+    worker_groups: Vec<String>,
+    /// Hold a worker with this capability (repeatable, all must match)
+    #[arg(long = "worker-cap", value_name = "KEY=VALUE")]
+    worker_caps: Vec<String>,
+    /// Hold this many such workers, all or nothing [default: 1 with
+    /// --worker-group or --worker-cap]
+    #[arg(long = "workers", value_name = "N")]
+    worker_count: Option<u64>,
     /// Follow the job to its end, as `warden watch` (exit 0 only on success)
     #[arg(long)]
     watch: bool,
@@ -189,6 +199,23 @@ fn exec_opcode(args: &ExecArgs) -> CliResult<Value> {
     }
     if let Some(timeout) = args.timeout {
         opcode.insert("timeout".to_owned(), json!(timeout));
+    }
+    if !args.worker_groups.is_empty() || !args.worker_caps.is_empty() || args.worker_count.is_some()
+    {
+        let mut workers = Map::new();
+        if !args.worker_groups.is_empty() {
+            workers.insert("groups".to_owned(), json!(args.worker_groups));
+        }
+        if !args.worker_caps.is_empty() {
+            workers.insert(
+                "caps".to_owned(),
+                json!(super::workers::key_values(&args.worker_caps)?),
+            );
+        }
+        if let Some(count) = args.worker_count {
+            workers.insert("count".to_owned(), json!(count));
+        }
+        opcode.insert("workers".to_owned(), Value::Object(workers));
     }
     if !args.env.is_empty() {
         let mut env = Map::new();

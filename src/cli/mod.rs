@@ -10,6 +10,7 @@ mod jobs;
 mod launcher;
 mod locks;
 mod output;
+mod workers;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -123,6 +124,9 @@ enum Command {
     },
     /// Are the daemons up; jobs per status; locks held and waited for
     Status,
+    /// The workers jobs hold while they run: list, register, let in, fail, ...
+    #[command(subcommand)]
+    Workers(workers::WorkersCommand),
     /// Print a shell completion script (e.g. `warden completions bash > /etc/bash_completion.d/warden`)
     Completions { shell: clap_complete::Shell },
 }
@@ -235,6 +239,7 @@ fn execute(cli: &Cli, root: &Path, output: &Output) -> CliResult<Exit> {
         Command::Drain { state } => done(jobs::drain(root, output, state == "on")),
         Command::Locks { tree } => done(locks::locks(root, output, *tree)),
         Command::Status => locks::status(root, output),
+        Command::Workers(command) => done(workers::run(root, output, command)),
         Command::Completions { shell } => {
             clap_complete::generate(
                 *shell,

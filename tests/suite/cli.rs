@@ -765,3 +765,77 @@ fn a_watch_that_ends_in_error_prints_the_reason_last() {
         "{end}"
     );
 }
+
+#[test]
+fn workers_commands_register_list_let_in_and_hand_out_workers() {
+    let cluster = Cluster::start();
+    let root = cluster_root(&cluster);
+    for (uuid, arch) in [("b1", "arm64"), ("b2", "x86")] {
+        let cap = format!("UUID={uuid}");
+        let arch = format!("arch={arch}");
+        expect(
+            &root,
+            &[
+                "workers",
+                "register",
+                "--cap",
+                &cap,
+                "--cap",
+                &arch,
+                "--group",
+                "lab",
+                "--address",
+                "10.0.0.1:5555",
+            ],
+            SUCCESS,
+        );
+    }
+    let listing = json_of(&root, &["workers", "list", "--cap", "arch=arm64"]);
+    assert_eq!(listing["total"], 1);
+    assert_eq!(listing["workers"][0]["uuid"], "b1");
+    assert_eq!(listing["workers"][0]["state"], "MAINTENANCE");
+    let sorted = json_of(
+        &root,
+        &[
+            "workers", "list", "--sort", "uuid", "--desc", "--limit", "1",
+        ],
+    );
+    assert_eq!(sorted["workers"][0]["uuid"], "b2");
+    assert_eq!(sorted["remaining"], 1);
+    let table = stdout(&expect(&root, &["workers", "list"], SUCCESS));
+    assert!(
+        table.contains("MAINTENANCE") && table.contains("arch=arm64"),
+        "{table}"
+    );
+    // A job asking for an arm64 board waits for it, then runs on it.
+    let out = root.join("seen");
+    let script = format!("echo $WARDEN_WORKER_UUID > {}", out.display());
+    let id = exec(
+        &root,
+        &["--worker-cap", "arch=arm64"],
+        &["/bin/sh", "-c", &script],
+    );
+    let info = json_of(&root, &["info", &id.to_string()]);
+    assert_eq!(info["status"], "queued", "{info}");
+    expect(&root, &["workers", "state", "b1", "idle"], SUCCESS);
+    assert_eq!(cluster.wait_final(id), "success");
+    assert_eq!(fs::read_to_string(&out).expect("ran").trim(), "b1");
+    let worker = json_of(&root, &["workers", "info", "b1"]);
+    assert_eq!(worker["history"][0]["job"], id);
+    // Refusals are one line with the refused exit code.
+    let failed = expect(&root, &["workers", "fail", "b2", "smoke"], REFUSED);
+    assert!(
+        error_line(&failed).contains("forbidden to set FAIL state"),
+        "{}",
+        stderr(&failed)
+    );
+    let never = warden(
+        &root,
+        &["exec", "--worker-cap", "arch=sparc", "--", "/bin/true"],
+    );
+    assert_eq!(code(&never), REFUSED);
+    assert!(error_line(&never).contains("no registered worker matches"));
+    expect(&root, &["workers", "deregister", "b2"], SUCCESS);
+    let text = stderr(&expect(&root, &["workers", "info", "b2"], REFUSED));
+    assert!(text.contains("Worker not found"), "{text}");
+}
