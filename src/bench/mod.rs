@@ -11,6 +11,7 @@ pub mod harness;
 pub mod lock;
 pub mod luxid;
 pub mod wconfd;
+pub mod workers;
 
 use std::fmt::{self, Display, Write as _};
 use std::fs;

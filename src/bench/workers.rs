@@ -1,0 +1,413 @@
+//! workers-bench: the worker registry's matching in process, its durable
+//! calls through wconfd, and a waiting job's start over the real daemons,
+//! against the targets recorded in design/PERFORMANCE.md.
+//!
+//! ```text
+//! cargo run --release --bins && target/release/workers-bench [match|calls|start] [--runs N] [--quick]
+//! ```
+//!
+//! Scenarios:
+//! - `match`: 10,000 workers of 1,000 capability sets and 20,000 jobs
+//!   waiting for them (ten per set and more); each worker in turn goes IDLE
+//!   (`setWorkerState`) and is assigned to the first waiting job it fits:
+//!   the cost of one such call, in process (p50, p99, mean).
+//! - `calls`: 16 clients, each with a worker of its own, toggle it between
+//!   MAINTENANCE and IDLE through a real wconfd: durable calls per second.
+//! - `start`: a job waits for a worker; the worker is let in; the time
+//!   from the call to the job's start as the runner records it, over real
+//!   daemons (p50).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use super::harness::{Client, Daemon, Workspace, frame, result_of};
+use super::{CommandLine, Measure, Report, Target, Unit, WithContext as _, fail, percentile};
+use crate::bench;
+use crate::protocol::luxi::LuxiRequest;
+use crate::protocol::wconfd::WconfdRequest;
+use crate::workers::{Registry, Request};
+
+const USAGE: &str = "usage: workers-bench [match|calls|start] [--runs N] [--quick]";
+
+const RUNS_DEFAULT: usize = 5;
+
+// The targets of design/PERFORMANCE.md (the workers issue).
+const MATCH_SECONDS_MAX: f64 = 100e-6;
+const CALLS_PER_SECOND_MIN: f64 = 10_000.0;
+const CALLS_CLIENTS: usize = 16;
+const START_SECONDS_MAX: f64 = 5e-3;
+
+pub fn main() -> ExitCode {
+    bench::main(
+        "workers-bench",
+        USAGE,
+        |args| CommandLine::parse("workers-bench", args, RUNS_DEFAULT, |_, _| Ok(false)),
+        |options| run(&options),
+    )
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scenario {
+    Match,
+    Calls,
+    Start,
+}
+
+impl bench::Scenario for Scenario {
+    const ALL: &'static [Scenario] = &[Scenario::Match, Scenario::Calls, Scenario::Start];
+
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::Match => "match",
+            Scenario::Calls => "calls",
+            Scenario::Start => "start",
+        }
+    }
+}
+
+struct Sizes {
+    workers: usize,
+    cap_sets: usize,
+    waiting: usize,
+    window: Duration,
+    starts: usize,
+}
+
+impl Sizes {
+    const FULL: Sizes = Sizes {
+        workers: 10_000,
+        cap_sets: 1_000,
+        waiting: 20_000,
+        window: Duration::from_secs(3),
+        starts: 30,
+    };
+    const QUICK: Sizes = Sizes {
+        workers: 500,
+        cap_sets: 50,
+        waiting: 1_000,
+        window: Duration::from_millis(300),
+        starts: 3,
+    };
+}
+
+fn run(options: &CommandLine<Scenario>) -> super::Result<()> {
+    let sizes = if options.quick {
+        &Sizes::QUICK
+    } else {
+        &Sizes::FULL
+    };
+    super::Context::read().print("workers-bench", &options.text);
+    super::print_mode(options.quick, options.runs);
+    let exe = std::env::current_exe().context(|| "cannot find this executable".to_owned())?;
+    let workspace = Workspace::create(&std::env::temp_dir(), "workers-bench")?;
+    options.run(|scenario| -> super::Result<Report> {
+        let description = match scenario {
+            Scenario::Match => format!(
+                "{} workers of {} capability sets, {} jobs waiting; each worker goes IDLE \
+                 and is assigned, in process",
+                sizes.workers, sizes.cap_sets, sizes.waiting
+            ),
+            Scenario::Calls => format!(
+                "{CALLS_CLIENTS} clients toggle their own worker MAINTENANCE <-> IDLE \
+                 through wconfd for {:.1} s",
+                sizes.window.as_secs_f64()
+            ),
+            Scenario::Start => format!(
+                "{} times: a job waits for a worker, the worker is let in; call to job start",
+                sizes.starts
+            ),
+        };
+        bench::run_scenario(scenario, &description, options.runs, || match scenario {
+            Scenario::Match => Ok(matching(sizes)),
+            Scenario::Calls => calls(&exe, &workspace, sizes),
+            Scenario::Start => start(&exe, &workspace, sizes),
+        })
+    })
+}
+
+// ---------------------------------------------------------------------------
+// match
+
+fn caps(uuid: &str, set: usize) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("UUID".to_owned(), uuid.to_owned()),
+        ("board".to_owned(), format!("type-{set}")),
+        (
+            "arch".to_owned(),
+            ["arm64", "x86", "riscv"][set % 3].to_owned(),
+        ),
+    ])
+}
+
+fn matching(sizes: &Sizes) -> Vec<Measure> {
+    let mut registry = Registry::new();
+    let mut now = 1.0;
+    let uuids: Vec<String> = (0..sizes.workers).map(|i| format!("w{i:06}")).collect();
+    for (index, uuid) in uuids.iter().enumerate() {
+        let groups = BTreeSet::from([format!("rack-{}", index % 20)]);
+        registry
+            .register(
+                caps(uuid, index % sizes.cap_sets),
+                Some(groups),
+                None,
+                None,
+                now,
+            )
+            .expect("a good registration");
+    }
+    // Waiting jobs ask for one board of a type, some also for a rack;
+    // spread over the types, with priorities.
+    for job in 0..sizes.waiting as u64 {
+        let set = (job as usize * 7919) % sizes.cap_sets;
+        let mut wanted = BTreeMap::from([("board".to_owned(), format!("type-{set}"))]);
+        if job % 3 == 0 {
+            wanted.insert(
+                "arch".to_owned(),
+                ["arm64", "x86", "riscv"][set % 3].to_owned(),
+            );
+        }
+        let request = Request::new(BTreeSet::new(), wanted, None).expect("a good request");
+        let priority = [-10, 0, 10][(job % 3) as usize];
+        registry
+            .request(job + 1, priority, request, now)
+            .expect("some worker fits");
+    }
+    let mut times = Vec::with_capacity(sizes.workers);
+    let mut assigned = 0;
+    for uuid in &uuids {
+        now += 0.001;
+        let started = Instant::now();
+        let effects = registry
+            .set_state(uuid, "IDLE", false, now)
+            .expect("MAINTENANCE to IDLE");
+        times.push(started.elapsed().as_secs_f64());
+        assigned += effects
+            .iter()
+            .filter(|effect| matches!(effect, crate::workers::Effect::Assigned { .. }))
+            .count();
+    }
+    assert_eq!(
+        assigned, sizes.workers,
+        "every worker went to a waiting job"
+    );
+    assert_eq!(
+        registry.waiters().count(),
+        sizes.waiting - sizes.workers,
+        "the others still wait"
+    );
+    let mean = times.iter().sum::<f64>() / times.len() as f64;
+    times.sort_by(f64::total_cmp);
+    vec![
+        Measure::new(
+            "IDLE to assigned, p50",
+            Unit::Seconds,
+            percentile(&times, 0.5),
+        )
+        .with_target(Target::Below(MATCH_SECONDS_MAX)),
+        Measure::new(
+            "IDLE to assigned, p99",
+            Unit::Seconds,
+            percentile(&times, 0.99),
+        ),
+        Measure::new("IDLE to assigned, mean", Unit::Seconds, mean),
+    ]
+}
+
+// ---------------------------------------------------------------------------
+// calls and start: real daemons
+
+fn daemon(exe: &std::path::Path, name: &'static str, root: &std::path::Path) -> Daemon {
+    Daemon::new(
+        name,
+        &exe.with_file_name(name),
+        "--root",
+        root,
+        root.join("socket").join(format!("{name}.sock")),
+        root.join(format!("{name}.log")),
+    )
+}
+
+fn register_frame(uuid: &str) -> Vec<u8> {
+    frame(
+        &WconfdRequest::RegisterWorker {
+            caps: BTreeMap::from([("UUID".to_owned(), uuid.to_owned())]),
+            groups: None,
+            address: None,
+            prepare: None,
+        }
+        .encode(),
+    )
+}
+
+fn state_frame(uuid: &str, state: &str) -> Vec<u8> {
+    frame(
+        &WconfdRequest::SetWorkerState {
+            uuid: uuid.to_owned(),
+            state: state.to_owned(),
+            kill: false,
+        }
+        .encode(),
+    )
+}
+
+fn calls(
+    exe: &std::path::Path,
+    workspace: &Workspace,
+    sizes: &Sizes,
+) -> super::Result<Vec<Measure>> {
+    let root = workspace.next_run_dir();
+    std::fs::create_dir_all(&root).context(|| "cannot create the root".to_owned())?;
+    let mut wconfd = daemon(exe, "wconfd", &root);
+    wconfd.spawn()?;
+    let count = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let mut clients = Vec::new();
+    for index in 0..CALLS_CLIENTS {
+        let mut client = wconfd.connect()?;
+        let uuid = format!("c{index}");
+        result_of("wconfd", client.call(&register_frame(&uuid))?)?;
+        clients.push((client, uuid));
+    }
+    let rate = thread::scope(|scope| -> super::Result<f64> {
+        let threads: Vec<_> = clients
+            .into_iter()
+            .map(|(mut client, uuid)| {
+                let (count, stop) = (&count, &stop);
+                scope.spawn(move || -> super::Result<()> {
+                    let [idle, maintenance] = [
+                        state_frame(&uuid, "IDLE"),
+                        state_frame(&uuid, "MAINTENANCE"),
+                    ];
+                    while !stop.load(Ordering::Relaxed) {
+                        result_of("wconfd", client.call(&idle)?)?;
+                        result_of("wconfd", client.call(&maintenance)?)?;
+                        count.fetch_add(2, Ordering::Relaxed);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        thread::sleep(sizes.window / 5);
+        let (first, started) = (count.load(Ordering::Relaxed), Instant::now());
+        thread::sleep(sizes.window);
+        let (last, elapsed) = (count.load(Ordering::Relaxed), started.elapsed());
+        stop.store(true, Ordering::Relaxed);
+        for thread in threads {
+            thread
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+        }
+        Ok((last - first) as f64 / elapsed.as_secs_f64())
+    })?;
+    wconfd.stop()?;
+    Ok(vec![
+        Measure::new(
+            format!("durable setWorkerState, {CALLS_CLIENTS} clients"),
+            Unit::PerSecond,
+            rate,
+        )
+        .with_target(Target::AtLeast(CALLS_PER_SECOND_MIN)),
+    ])
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |elapsed| elapsed.as_secs_f64())
+}
+
+fn start(
+    exe: &std::path::Path,
+    workspace: &Workspace,
+    sizes: &Sizes,
+) -> super::Result<Vec<Measure>> {
+    let root = workspace.next_run_dir();
+    std::fs::create_dir_all(&root).context(|| "cannot create the root".to_owned())?;
+    let mut wconfd = daemon(exe, "wconfd", &root);
+    let mut wconfd_client = wconfd.spawn()?;
+    let mut luxid = daemon(exe, "luxid", &root);
+    let mut luxid_client = luxid.spawn()?;
+    result_of("wconfd", wconfd_client.call(&register_frame("b1"))?)?;
+    let mut delays = Vec::new();
+    for round in 0..sizes.starts {
+        let ops = json!([{"OP_ID": "OP_EXEC", "argv": ["/bin/true"], "workers": {}}]);
+        let id = result_of(
+            "luxid",
+            luxid_client.call(&frame(&LuxiRequest::SubmitJob { ops }.encode()))?,
+        )?;
+        let id = id
+            .as_u64()
+            .ok_or_else(|| super::Error(format!("SubmitJob answered {id}")))?;
+        // Queued while the worker is out; let in, it starts.
+        thread::sleep(Duration::from_millis(20));
+        let let_in = unix_now();
+        result_of("wconfd", wconfd_client.call(&state_frame("b1", "IDLE"))?)?;
+        let started = wait_for_start(&mut luxid_client, id)?;
+        delays.push(started - let_in);
+        wait_final(&mut luxid_client, id)?;
+        result_of(
+            "wconfd",
+            wconfd_client.call(&state_frame("b1", "MAINTENANCE"))?,
+        )
+        .context(|| format!("round {round}"))?;
+    }
+    luxid.stop()?;
+    wconfd.stop()?;
+    delays.sort_by(f64::total_cmp);
+    Ok(vec![
+        Measure::new(
+            "worker IDLE to job started, p50",
+            Unit::Seconds,
+            percentile(&delays, 0.5),
+        )
+        .with_target(Target::Below(START_SECONDS_MAX)),
+        Measure::new(
+            "worker IDLE to job started, max",
+            Unit::Seconds,
+            delays[delays.len() - 1],
+        ),
+    ])
+}
+
+fn query(client: &mut Client, id: u64, field: &'static str) -> super::Result<Value> {
+    let request = LuxiRequest::QueryJobs {
+        ids: Some(vec![id]),
+        fields: vec![field],
+    };
+    let rows = result_of("luxid", client.call(&frame(&request.encode()))?)?;
+    Ok(rows[0][0].clone())
+}
+
+/// The job's start timestamp, once it has one.
+fn wait_for_start(client: &mut Client, id: u64) -> super::Result<f64> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let start = query(client, id, "start_ts")?;
+        if let (Some(secs), Some(usecs)) = (start[0].as_f64(), start[1].as_f64()) {
+            return Ok(secs + usecs / 1e6);
+        }
+        if Instant::now() > deadline {
+            return fail(format!("job {id} did not start within 10 s"));
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn wait_final(client: &mut Client, id: u64) -> super::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = query(client, id, "status")?;
+        if matches!(status.as_str(), Some("success" | "error" | "canceled")) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return fail(format!("job {id} did not finish within 10 s"));
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+}
