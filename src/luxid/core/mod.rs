@@ -950,5 +950,28 @@ impl QueueCore {
             assert!(self.jobs.contains_key(id), "new job {id} is not unfinished");
             assert!(!self.runners.contains_key(id), "new job {id} is started");
         }
+        for id in self.worker_requests.keys() {
+            assert!(self.jobs.contains_key(id), "job {id} asks for workers yet is not unfinished");
+        }
+        for id in self.assigned.keys() {
+            assert!(self.worker_requests.contains_key(id), "job {id} got workers it did not ask for");
+        }
+        for id in self.doomed.keys() {
+            assert!(self.jobs.contains_key(id), "doomed job {id} is not unfinished");
+        }
+        // (A runner adopted after a restart may run before wconfd's
+        // notice repeats its workers.)
+        for (id, started) in &self.runners {
+            if matches!(started.runner, Runner::Starting { .. }) {
+                assert!(
+                    !self.worker_requests.contains_key(id) || self.assigned.contains_key(id),
+                    "job {id} started without its workers"
+                );
+            }
+        }
+        assert_eq!(self.prepare_of.len(), self.prepare_jobs.len(), "the prepare indexes agree");
+        for (id, of) in &self.prepare_of {
+            assert_eq!(self.prepare_jobs.get(of), Some(id), "prepare {of:?} of job {id} is indexed");
+        }
     }
 }

@@ -216,6 +216,10 @@ impl QueueCore {
                 if let Some(job) = self.jobs.get(&id) {
                     self.queued.insert((job.priority(), id));
                 }
+                if let Some(reason) = self.doomed.remove(&id) {
+                    // Told to end while its claimant ran: it ends now.
+                    self.end_job(id, reason, effects);
+                }
             }
             Runner::Dying {
                 next_probe,

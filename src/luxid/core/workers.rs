@@ -81,8 +81,13 @@ impl QueueCore {
     }
 
     pub(super) fn end_job(&mut self, id: JobId, reason: String, effects: &mut Vec<Effect>) {
-        let Some(job) = self.jobs.get(&id) else {
-            // Already over: wconfd learns it again.
+        let job = self
+            .jobs
+            .get(&id)
+            .filter(|_| self.worker_requests.contains_key(&id));
+        let Some(job) = job else {
+            // Already over, or it never asked for workers (someone else
+            // asked in its name): wconfd learns it again, nothing ends.
             effects.push(Effect::ReleaseWorkers {
                 id,
                 status: self.job(id).map_or(Status::Error, |job| job.status()),
