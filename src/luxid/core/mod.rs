@@ -951,13 +951,22 @@ impl QueueCore {
             assert!(!self.runners.contains_key(id), "new job {id} is started");
         }
         for id in self.worker_requests.keys() {
-            assert!(self.jobs.contains_key(id), "job {id} asks for workers yet is not unfinished");
+            assert!(
+                self.jobs.contains_key(id),
+                "job {id} asks for workers yet is not unfinished"
+            );
         }
         for id in self.assigned.keys() {
-            assert!(self.worker_requests.contains_key(id), "job {id} got workers it did not ask for");
+            assert!(
+                self.worker_requests.contains_key(id),
+                "job {id} got workers it did not ask for"
+            );
         }
         for id in self.doomed.keys() {
-            assert!(self.jobs.contains_key(id), "doomed job {id} is not unfinished");
+            assert!(
+                self.jobs.contains_key(id),
+                "doomed job {id} is not unfinished"
+            );
         }
         // (A runner adopted after a restart may run before wconfd's
         // notice repeats its workers.)
@@ -969,9 +978,17 @@ impl QueueCore {
                 );
             }
         }
-        assert_eq!(self.prepare_of.len(), self.prepare_jobs.len(), "the prepare indexes agree");
+        assert_eq!(
+            self.prepare_of.len(),
+            self.prepare_jobs.len(),
+            "the prepare indexes agree"
+        );
         for (id, of) in &self.prepare_of {
-            assert_eq!(self.prepare_jobs.get(of), Some(id), "prepare {of:?} of job {id} is indexed");
+            assert_eq!(
+                self.prepare_jobs.get(of),
+                Some(id),
+                "prepare {of:?} of job {id} is indexed"
+            );
         }
     }
 }

@@ -389,6 +389,16 @@ impl QueueCore {
                         if self.unqueue(id) {
                             self.queued.insert((job.priority(), id));
                         }
+                        if let Some(request) = self.worker_requests.get(&id)
+                            && !self.assigned.contains_key(&id)
+                        {
+                            // Its place among the jobs waiting for workers.
+                            effects.push(Effect::RequestWorkers {
+                                id,
+                                priority: job.priority(),
+                                request: request.clone(),
+                            });
+                        }
                         self.put(job);
                         Ok(Answer::Outcome(
                             true,
