@@ -946,3 +946,201 @@ mod properties {
         }
     }
 }
+
+// ----- Boruta's listener table -----
+
+/// What a `WorkerChange` listener heard.
+#[derive(Debug, Default, PartialEq)]
+struct Heard {
+    idle: Vec<String>,
+    failed: Vec<String>,
+    ended: Vec<JobId>,
+}
+
+impl WorkerChange for Heard {
+    fn worker_idle_notification(&mut self, uuid: &str) {
+        self.idle.push(uuid.to_owned());
+    }
+    fn worker_fail_notification(&mut self, uuid: &str) {
+        self.failed.push(uuid.to_owned());
+    }
+    fn job_end_notification(&mut self, job: JobId, _reason: &str) {
+        self.ended.push(job);
+    }
+}
+
+/// `b1` (with a prepare or not) brought into `state`; job 7 holds it when
+/// RUNNING or BUSY.
+fn worker_in(state: State, prepare: bool) -> Farm {
+    let mut farm = Farm::new();
+    let argv: Option<&[&str]> = prepare.then_some(&["/bin/reset"][..]);
+    farm.register("b1", argv);
+    let mut to_idle = |farm: &mut Farm| {
+        farm.state("b1", "IDLE", false).expect("to IDLE");
+        if prepare {
+            let now = farm.tick();
+            let seq = farm.registry.get("b1").expect("registered").prepare_seq;
+            farm.registry.prepared("b1", seq, Ok(()), now);
+        }
+    };
+    match state {
+        State::Maintenance => {}
+        State::Prepare => farm
+            .state("b1", "IDLE", false)
+            .map(drop)
+            .expect("to PREPARE"),
+        State::Idle => to_idle(&mut farm),
+        State::Running | State::Busy => {
+            to_idle(&mut farm);
+            farm.assign(7, &["b1"]);
+            if state == State::Busy {
+                farm.state("b1", "MAINTENANCE", false).expect("to BUSY");
+            }
+        }
+        State::Failed => {
+            to_idle(&mut farm);
+            farm.fail("b1", "smoke").expect("to FAILED");
+        }
+    }
+    assert_eq!(farm.state_of("b1"), state);
+    farm
+}
+
+/// Which changes tell the scheduler of an IDLE worker (Boruta's
+/// `OnWorkerIdle`) and of a failing one, and which end its holder.
+#[test]
+fn the_listener_table() {
+    type Call = fn(&mut Farm) -> Vec<Effect>;
+    let cases: [(&str, State, bool, Call, Heard); 12] = [
+        (
+            "let in, no prepare",
+            State::Maintenance,
+            false,
+            |f| f.state("b1", "IDLE", false).unwrap(),
+            Heard {
+                idle: vec!["b1".into()],
+                ..Heard::default()
+            },
+        ),
+        (
+            "let in, prepare runs",
+            State::Maintenance,
+            true,
+            |f| f.state("b1", "IDLE", false).unwrap(),
+            Heard::default(),
+        ),
+        (
+            "prepare succeeds",
+            State::Prepare,
+            true,
+            |f| {
+                let now = f.tick();
+                f.registry.prepared("b1", 1, Ok(()), now)
+            },
+            Heard {
+                idle: vec!["b1".into()],
+                ..Heard::default()
+            },
+        ),
+        (
+            "prepare fails",
+            State::Prepare,
+            true,
+            |f| {
+                let now = f.tick();
+                f.registry.prepared("b1", 1, Err("x".into()), now)
+            },
+            Heard {
+                failed: vec!["b1".into()],
+                ..Heard::default()
+            },
+        ),
+        (
+            "new groups of an IDLE worker",
+            State::Idle,
+            false,
+            |f| {
+                let now = f.tick();
+                f.registry.set_groups("b1", groups(&["ci"]), now).unwrap()
+            },
+            Heard {
+                idle: vec!["b1".into()],
+                ..Heard::default()
+            },
+        ),
+        (
+            "fail while IDLE",
+            State::Idle,
+            false,
+            |f| f.fail("b1", "smoke").unwrap(),
+            Heard {
+                failed: vec!["b1".into()],
+                ..Heard::default()
+            },
+        ),
+        (
+            "fail while held",
+            State::Running,
+            false,
+            |f| f.fail("b1", "smoke").unwrap(),
+            Heard {
+                failed: vec!["b1".into()],
+                ended: vec![7],
+                ..Heard::default()
+            },
+        ),
+        (
+            "maintenance while held",
+            State::Running,
+            false,
+            |f| f.state("b1", "MAINTENANCE", false).unwrap(),
+            Heard::default(),
+        ),
+        (
+            "maintenance with kill while held",
+            State::Running,
+            false,
+            |f| f.state("b1", "MAINTENANCE", true).unwrap(),
+            Heard {
+                ended: vec![7],
+                ..Heard::default()
+            },
+        ),
+        (
+            "holder ends, no prepare",
+            State::Running,
+            false,
+            |f| f.release(7, "success"),
+            Heard {
+                idle: vec!["b1".into()],
+                ..Heard::default()
+            },
+        ),
+        (
+            "holder of a BUSY worker ends",
+            State::Busy,
+            false,
+            |f| f.release(7, "success"),
+            Heard::default(),
+        ),
+        (
+            "FAILED registered again unchanged",
+            State::Failed,
+            false,
+            |f| f.register("b1", None),
+            Heard {
+                idle: vec!["b1".into()],
+                ..Heard::default()
+            },
+        ),
+    ];
+    for (what, state, prepare, call, expected) in cases {
+        let mut farm = worker_in(state, prepare);
+        let mut heard = Heard::default();
+        for effect in call(&mut farm) {
+            effect.notify(&mut heard);
+        }
+        farm.registry.check_invariants();
+        assert_eq!(heard, expected, "{what}");
+    }
+}
