@@ -975,7 +975,7 @@ fn worker_in(state: State, prepare: bool) -> Farm {
     let mut farm = Farm::new();
     let argv: Option<&[&str]> = prepare.then_some(&["/bin/reset"][..]);
     farm.register("b1", argv);
-    let mut to_idle = |farm: &mut Farm| {
+    let to_idle = |farm: &mut Farm| {
         farm.state("b1", "IDLE", false).expect("to IDLE");
         if prepare {
             let now = farm.tick();
