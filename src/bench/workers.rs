@@ -383,31 +383,36 @@ fn query(client: &mut Client, id: u64, field: &'static str) -> super::Result<Val
     Ok(rows[0][0].clone())
 }
 
-/// The job's start timestamp, once it has one.
-fn wait_for_start(client: &mut Client, id: u64) -> super::Result<f64> {
+/// Polls the job's `field` until `done` makes something of it, for at
+/// most 10 s (`what` names the wait in the error).
+fn poll_job<T>(
+    client: &mut Client,
+    id: u64,
+    field: &'static str,
+    what: &str,
+    done: impl Fn(&Value) -> Option<T>,
+) -> super::Result<T> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let start = query(client, id, "start_ts")?;
-        if let (Some(secs), Some(usecs)) = (start[0].as_f64(), start[1].as_f64()) {
-            return Ok(secs + usecs / 1e6);
+        if let Some(found) = done(&query(client, id, field)?) {
+            return Ok(found);
         }
         if Instant::now() > deadline {
-            return fail(format!("job {id} did not start within 10 s"));
+            return fail(format!("job {id} did not {what} within 10 s"));
         }
         thread::sleep(Duration::from_millis(1));
     }
 }
 
+/// The job's start timestamp, once it has one.
+fn wait_for_start(client: &mut Client, id: u64) -> super::Result<f64> {
+    poll_job(client, id, "start_ts", "start", |start| {
+        Some(start[0].as_f64()? + start[1].as_f64()? / 1e6)
+    })
+}
+
 fn wait_final(client: &mut Client, id: u64) -> super::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let status = query(client, id, "status")?;
-        if matches!(status.as_str(), Some("success" | "error" | "canceled")) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return fail(format!("job {id} did not finish within 10 s"));
-        }
-        thread::sleep(Duration::from_millis(1));
-    }
+    poll_job(client, id, "status", "finish", |status| {
+        matches!(status.as_str(), Some("success" | "error" | "canceled")).then_some(())
+    })
 }

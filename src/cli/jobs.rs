@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 use super::output::{Cell, Output, Style, duration, now_secs, timestamp_secs, utc_time};
 use super::{CliError, CliResult, Exit, connect};
 use crate::client::{Client, Daemon};
-use crate::jobs::{FIELDS, Status};
+use crate::jobs::{FIELDS, Status, failure_reason};
 use crate::limits::{WATCH_POLL, WATCH_POLL_TERMINAL};
 use crate::protocol::luxi::LuxiRequest;
 
@@ -608,20 +608,6 @@ fn failed_opcode(job: &Map<String, Value>) -> Option<(usize, String)> {
         .and_then(|results| results.get(index))
         .unwrap_or(&Value::Null);
     Some((index + 1, failure_reason(result)))
-}
-
-/// The text of a failed opcode's result: Ganeti's encoded error
-/// `[class, [message, ...]]` gives its message; anything else is shown as
-/// it is.
-fn failure_reason(result: &Value) -> String {
-    match result.as_array().map(Vec::as_slice) {
-        Some([Value::String(_), Value::Array(args)]) => match args.first() {
-            Some(Value::String(message)) => message.clone(),
-            _ => compact(result),
-        },
-        Some([Value::String(_), Value::String(message)]) => message.clone(),
-        _ => compact(result),
-    }
 }
 
 fn print_log_entry(output: &Output, entry: &Value) {

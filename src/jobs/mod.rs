@@ -273,6 +273,20 @@ impl Job {
 
 /// The result of an opcode that failed outside its own program (its
 /// runner died, or could not be started): Ganeti's `OpExecError` form.
+/// The text of a failed opcode's result: Ganeti's encoded error
+/// `[class, [message, ...]]` gives its message; anything else is shown as
+/// it is.
+pub fn failure_reason(result: &Value) -> String {
+    match result.as_array().map(Vec::as_slice) {
+        Some([Value::String(_), Value::Array(args)]) => match args.first() {
+            Some(Value::String(message)) => message.clone(),
+            _ => result.to_string(),
+        },
+        Some([Value::String(_), Value::String(message)]) => message.clone(),
+        _ => result.to_string(),
+    }
+}
+
 pub fn exec_error(message: impl Into<String>) -> Value {
     json!(["OpExecError", [message.into()]])
 }

@@ -149,22 +149,11 @@ impl QueueCore {
 }
 
 /// Why a job failed, for a prepare's `fail_reason`: its first failed
-/// opcode's result, else its status.
+/// opcode's reason, else its status.
 fn failure_reason(job: &Job) -> String {
     job.ops
         .iter()
         .find(|op| op.status == Status::Error)
-        .map(|op| match &op.result {
-            Value::String(text) => text.clone(),
-            Value::Array(parts) => parts
-                .iter()
-                .map(|part| match part {
-                    Value::String(text) => text.clone(),
-                    other => other.to_string(),
-                })
-                .collect::<Vec<_>>()
-                .join(": "),
-            other => other.to_string(),
-        })
+        .map(|op| crate::jobs::failure_reason(&op.result))
         .unwrap_or_else(|| job.status().name().to_owned())
 }
