@@ -648,6 +648,11 @@ fn encode_snapshot(saved: &SavedState, workers: &SavedRegistry, last_seq: u64) -
         .iter()
         .map(|(job, reason)| json!([job, reason]))
         .collect();
+    let draining: Vec<Value> = workers
+        .draining
+        .iter()
+        .map(|(uuid, job)| json!([uuid, job]))
+        .collect();
     let document = json!({
         "version": FORMAT_VERSION,
         "last_seq": last_seq,
@@ -656,6 +661,7 @@ fn encode_snapshot(saved: &SavedState, workers: &SavedRegistry, last_seq: u64) -
         "workers": worker_list,
         "worker_waiters": waiters,
         "condemned_jobs": condemned,
+        "draining_workers": draining,
     });
     serde_json::to_vec(&document).expect("JSON to a Vec cannot fail")
 }
@@ -761,6 +767,18 @@ fn decode_snapshot(bytes: &[u8]) -> Result<(SavedState, SavedRegistry, u64), Str
                 .as_str()
                 .ok_or_else(|| at("reason is not a string"))?
                 .to_owned(),
+        ));
+    }
+    for (index, item) in optional_list("draining_workers")?.iter().enumerate() {
+        let at = |what: &str| format!("draining_workers[{index}] {what}");
+        let Some([uuid, job]) = item.as_array().map(Vec::as_slice) else {
+            return Err(at("is not [uuid, job]"));
+        };
+        workers.draining.push((
+            uuid.as_str()
+                .ok_or_else(|| at("uuid is not a string"))?
+                .to_owned(),
+            job.as_u64().ok_or_else(|| at("job is not a job id"))?,
         ));
     }
     Ok((saved, workers, last_seq))

@@ -45,8 +45,7 @@ use crate::store::lock_state::LockStore;
 use crate::sys;
 use crate::workers::{Registry as WorkerRegistry, WorkerError, WorkerOp};
 
-use super::workers::{Outbox, encode_listing};
-use crate::protocol::workers::encode_worker;
+use super::workers::{Outbox, encode_listing, worker_object};
 
 const SIGNALS: Token = Token(1);
 const FIRST_DYNAMIC_TOKEN: usize = 2;
@@ -592,11 +591,14 @@ impl State {
                 self.run_worker(WorkerOp::SetGroups { uuid, groups })
             }
             R::GetWorkerInfo { uuid } => match self.workers.get(&uuid) {
-                Some(worker) => Ok(encode_worker(worker)),
+                Some(worker) => Ok(worker_object(&self.workers, worker)),
                 None => Err(worker_error(&WorkerError::NotFound)),
             },
             R::ListWorkers { filter, sort, page } => {
-                Ok(encode_listing(&self.workers.list(&filter, sort, &page)))
+                Ok(encode_listing(
+                    &self.workers,
+                    &self.workers.list(&filter, sort, &page),
+                ))
             }
             R::CheckWorkers { request } => {
                 if self.workers.could_ever_fit(&request) {

@@ -22,7 +22,7 @@ use crate::protocol::WireError;
 use crate::protocol::workers::{
     NoticeBatch, NoticeCursor, WorkerNotice, encode_batch, encode_worker, encode_worker_for_job,
 };
-use crate::workers::{Effect, Listing, Registry, State, WorkerChange};
+use crate::workers::{Effect, Listing, Registry, State, Worker, WorkerChange};
 
 /// The numbered notices of this wconfd run, and the one held watch.
 pub struct Outbox {
@@ -167,6 +167,7 @@ impl Outbox {
         }
         for worker in registry.workers() {
             if worker.state == State::Prepare
+                && registry.draining_for(&worker.uuid).is_none()
                 && let Some(argv) = &worker.prepare
             {
                 notices.push(WorkerNotice::Prepare {
@@ -232,12 +233,26 @@ impl WorkerChange for Notices<'_> {
     }
 }
 
+/// A worker as `getWorkerInfo` and `listWorkers` show it: its wire
+/// object and `waits_for`, the job told to end whose release its prepare
+/// waits for (null if none).
+pub fn worker_object(registry: &Registry, worker: &Worker) -> Value {
+    let mut value = encode_worker(worker);
+    if let Some(object) = value.as_object_mut() {
+        object.insert(
+            "waits_for".to_owned(),
+            json!(registry.draining_for(&worker.uuid)),
+        );
+    }
+    value
+}
+
 /// `listWorkers`' answer.
-pub fn encode_listing(listing: &Listing<'_>) -> Value {
+pub fn encode_listing(registry: &Registry, listing: &Listing<'_>) -> Value {
     let workers: Vec<Value> = listing
         .workers
         .iter()
-        .map(|worker| encode_worker(worker))
+        .map(|worker| worker_object(registry, worker))
         .collect();
     json!({"workers": workers, "total": listing.total, "remaining": listing.remaining})
 }

@@ -10,6 +10,9 @@
 //! 2. A job's workers are all held by it, and no worker has two holders.
 //! 3. Every worker's `caps` hold its uuid under `"UUID"`; groups are a set.
 //! 4. A worker's history holds at most [`HISTORY_MAX`] entries.
+//! 5. A worker taken from a job told to end (`setWorkerFail`) is not
+//!    handed on before that job released: until then it is not IDLE,
+//!    RUNNING or BUSY, and in PREPARE its prepare waits (D51).
 
 mod list;
 mod matcher;
@@ -316,6 +319,8 @@ pub struct SavedRegistry {
     /// Waiting jobs: job, priority, request.
     pub waiters: Vec<(JobId, i64, Request)>,
     pub condemned: Vec<(JobId, String)>,
+    /// Workers taken from a condemned job that has not released yet.
+    pub draining: Vec<(String, JobId)>,
 }
 
 /// The registry.
@@ -327,6 +332,11 @@ pub struct Registry {
     matcher: Matcher,
     /// Jobs told to end `error` ([`Effect::EndJob`]), until their release.
     condemned: BTreeMap<JobId, String>,
+    /// Workers taken from a condemned job (`setWorkerFail` on a held
+    /// worker) while its processes may still use them: each waits for
+    /// that job's release before its prepare starts. Kept by uuid, so a
+    /// worker deregistered and registered again waits too.
+    draining: BTreeMap<String, JobId>,
     /// Workers that became IDLE during the current call, to be matched.
     became_idle: Vec<String>,
     /// `[workers] quarantine_after` (0: off).
@@ -359,6 +369,11 @@ impl Registry {
                 .condemned
                 .iter()
                 .map(|(job, reason)| (*job, reason.clone()))
+                .collect(),
+            draining: self
+                .draining
+                .iter()
+                .map(|(uuid, job)| (uuid.clone(), *job))
                 .collect(),
         }
     }
@@ -402,6 +417,18 @@ impl Registry {
                 return Err(format!("job {job} is told to end yet waits"));
             }
             registry.condemned.insert(job, reason);
+        }
+        for (uuid, job) in saved.draining {
+            if !registry.condemned.contains_key(&job) {
+                return Err(format!(
+                    "worker {uuid} waits for job {job}, which is not told to end"
+                ));
+            }
+            let state = registry.workers.get(&uuid).map(|worker| worker.state);
+            if matches!(state, Some(State::Idle | State::Running | State::Busy)) {
+                return Err(format!("worker {uuid} waits for job {job}, yet is held or IDLE"));
+            }
+            registry.draining.insert(uuid, job);
         }
         if let Some((job, _)) = registry
             .matcher
@@ -457,6 +484,12 @@ impl Registry {
         self.condemned
             .iter()
             .map(|(job, reason)| (*job, reason.as_str()))
+    }
+
+    /// The job a worker waits for before its prepare may start (see
+    /// [`Registry::set_fail`]).
+    pub fn draining_for(&self, uuid: &str) -> Option<JobId> {
+        self.draining.get(uuid).copied()
     }
 
     pub fn idle_count(&self) -> usize {
@@ -632,8 +665,10 @@ impl Registry {
         Ok(effects)
     }
 
-    /// `setWorkerFail`: FAILED with `reason`; a holder is ended (and the
-    /// worker taken from it at once).
+    /// `setWorkerFail`: FAILED with `reason`; a holder is ended, and the
+    /// worker taken from it at once, but not handed on before the holder
+    /// released (its programs may still use the worker): until then a
+    /// PREPARE waits.
     pub fn set_fail(
         &mut self,
         uuid: &str,
@@ -645,6 +680,9 @@ impl Registry {
             return Err(WorkerError::FailInMaintenance);
         }
         worker.fail_reason = Some(reason.to_owned());
+        if let Some(job) = worker.holder {
+            self.draining.insert(uuid.to_owned(), job);
+        }
         let mut effects = Vec::new();
         self.end_holder(uuid, &format!("failed: {reason}"), &mut effects);
         self.release_holding(uuid, now, "error");
@@ -694,7 +732,10 @@ impl Registry {
     ) -> Vec<Effect> {
         let mut effects = Vec::new();
         match self.workers.get(uuid) {
-            Some(worker) if worker.state == State::Prepare && worker.prepare_seq == seq => {}
+            Some(worker)
+                if worker.state == State::Prepare
+                    && worker.prepare_seq == seq
+                    && !self.draining.contains_key(uuid) => {}
             _ => return effects,
         }
         match outcome {
@@ -750,7 +791,21 @@ impl Registry {
     pub fn release(&mut self, job: JobId, status: &str, now: f64) -> Vec<Effect> {
         let mut effects = Vec::new();
         self.matcher.remove_waiter(job);
-        self.condemned.remove(&job);
+        if self.condemned.remove(&job).is_some() {
+            let drained: Vec<String> = self
+                .draining
+                .iter()
+                .filter(|(_, holder)| **holder == job)
+                .map(|(uuid, _)| uuid.clone())
+                .collect();
+            for uuid in drained {
+                self.draining.remove(&uuid);
+                // A PREPARE that waited for the job starts now.
+                if self.workers.get(&uuid).map(|worker| worker.state) == Some(State::Prepare) {
+                    self.enter_quietly(&uuid, State::Prepare, now, &mut effects);
+                }
+            }
+        }
         let uuids = self.holdings.get(&job).cloned().unwrap_or_default();
         for uuid in uuids {
             let busy = self.workers.get(&uuid).map(|worker| worker.state) == Some(State::Busy);
@@ -927,6 +982,7 @@ impl Registry {
             && state != State::Idle
             && state != State::Prepare
             && worker.prepare.is_some()
+            && !self.draining.contains_key(uuid)
         {
             effects.push(Effect::CancelPrepare {
                 uuid: uuid.to_owned(),
@@ -949,6 +1005,8 @@ impl Registry {
         worker.state = state;
         worker.since = now;
         match state {
+            // It waits for the job it was taken from (see `set_fail`).
+            State::Prepare if self.draining.contains_key(uuid) => {}
             State::Prepare => match worker.prepare.clone() {
                 Some(argv) => {
                     worker.prepare_seq += 1;
@@ -1017,6 +1075,17 @@ impl Registry {
             assert!(
                 !self.condemned.contains_key(&job),
                 "job {job} is told to end yet waits"
+            );
+        }
+        for (uuid, job) in &self.draining {
+            assert!(
+                self.condemned.contains_key(job),
+                "worker {uuid} waits for job {job}, which is not told to end"
+            );
+            let state = self.workers.get(uuid).map(|worker| worker.state);
+            assert!(
+                !matches!(state, Some(State::Idle | State::Running | State::Busy)),
+                "worker {uuid} waits for job {job}, yet is {state:?}"
             );
         }
         assert!(self.became_idle.is_empty(), "every IDLE worker was matched");

@@ -268,6 +268,77 @@ fn fail_kills_the_holder_and_is_forbidden_in_maintenance() {
 }
 
 #[test]
+fn a_failed_worker_is_not_handed_on_before_its_killed_holder_released() {
+    // The holder's programs may still drive the board while luxid kills
+    // them: back in service at once, it waits in PREPARE for their end.
+    for prepare_argv in [None, Some(&["/bin/reset"][..])] {
+        let mut farm = Farm::new();
+        farm.register("b1", prepare_argv);
+        farm.state("b1", "IDLE", false).expect("to IDLE");
+        if prepare_argv.is_some() {
+            let now = farm.tick();
+            farm.registry.prepared("b1", 1, Ok(()), now);
+        }
+        farm.assign(9, &["b1"]);
+        farm.fail("b1", "no power").expect("failed");
+        assert_eq!(farm.registry.draining_for("b1"), Some(9));
+        farm.state("b1", "MAINTENANCE", false).expect("to MAINTENANCE");
+        assert_eq!(
+            farm.state("b1", "IDLE", false),
+            Ok(vec![]),
+            "no prepare starts yet, nothing goes IDLE"
+        );
+        assert_eq!(farm.state_of("b1"), State::Prepare);
+        // A waiting job does not get it, and an old prepare's end (the
+        // seq the worker last ran) does not make it IDLE either.
+        let now = farm.tick();
+        let asked = farm.registry.request(10, 0, request(&[], &[], 1), now);
+        assert_eq!(farm.checked(asked), Ok(vec![]));
+        let now = farm.tick();
+        let late = farm.registry.prepared("b1", 1, Ok(()), now);
+        assert_eq!(farm.checked(late), vec![]);
+        // Taking it out again cancels no prepare: none runs.
+        if prepare_argv.is_some() {
+            assert_eq!(farm.state("b1", "MAINTENANCE", false), Ok(vec![]));
+            farm.state("b1", "IDLE", false).expect("to PREPARE");
+        }
+        let effects = farm.release(9, "error");
+        assert_eq!(farm.registry.draining_for("b1"), None);
+        match prepare_argv {
+            None => assert_eq!(effects, vec![idle("b1"), assigned(10, &["b1"])]),
+            Some(_) => assert_eq!(
+                effects,
+                vec![Effect::Prepare {
+                    uuid: "b1".to_owned(),
+                    seq: 2,
+                    argv: vec!["/bin/reset".to_owned()],
+                }]
+            ),
+        }
+        // Saved and restored, the rule holds across a restart.
+        let saved = farm.registry.saved();
+        let restored = Registry::restore(saved.clone(), 0).expect("restores");
+        assert_eq!(restored.saved(), saved);
+    }
+    // Deregistered and registered again, it still waits.
+    let mut farm = Farm::new();
+    farm.idle("b2");
+    farm.assign(11, &["b2"]);
+    farm.fail("b2", "smoke").expect("failed");
+    let saved = farm.registry.saved();
+    assert_eq!(saved.draining, vec![("b2".to_owned(), 11)]);
+    let mut restored = Registry::restore(saved, 0).expect("restores");
+    restored.check_invariants();
+    farm.registry = restored;
+    farm.registry.deregister("b2").expect("deregistered");
+    farm.register("b2", None);
+    farm.state("b2", "IDLE", false).expect("to PREPARE");
+    assert_eq!(farm.state_of("b2"), State::Prepare);
+    assert_eq!(farm.release(11, "error"), vec![idle("b2")]);
+    assert_eq!(farm.state_of("b2"), State::Idle);
+}
+
+#[test]
 fn a_newer_state_preempts_a_running_prepare() {
     let mut farm = Farm::new();
     farm.register("b1", Some(&["/bin/reset"]));
