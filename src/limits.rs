@@ -291,9 +291,10 @@ pub const WATCH_POLL_TERMINAL: Duration = Duration::from_secs(1);
 /// well under [`WAIT_FOR_CHANGE_SECONDS_MAX`] and [`CLIENT_IO_TIMEOUT`].
 pub const WATCH_POLL: Duration = Duration::from_secs(30);
 
-/// How often the demo looks at the jobs and the locks.
+/// How often the demo looks at the jobs, the locks and the workers.
 pub const DEMO_LOOK_INTERVAL: Duration = Duration::from_millis(25);
-/// How long the demo's jobs may take before the demo gives up on them.
+/// How long the demo's jobs (and its workers' last prepares) may take
+/// before the demo gives up on them.
 pub const DEMO_JOBS_DEADLINE: Duration = Duration::from_secs(60);
 
 /// How long a daemon the launcher started may take from spawn to

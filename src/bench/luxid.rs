@@ -812,6 +812,7 @@ fn finished_job(id: JobId, livelock_dir: &Path, now: Timestamp) -> Job {
                 .into_owned(),
         ),
         process_id: Some(10_000 + (id % 50_000) as u32),
+        workers: Vec::new(),
     }
 }
 

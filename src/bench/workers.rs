@@ -3,7 +3,7 @@
 //! against the targets recorded in design/PERFORMANCE.md.
 //!
 //! ```text
-//! cargo run --release --bins && target/release/workers-bench [match|calls|start] [--runs N] [--quick]
+//! cargo run --release --bins && target/release/workers-bench [match|calls|start|release] [--runs N] [--quick]
 //! ```
 //!
 //! Scenarios:
@@ -16,6 +16,9 @@
 //! - `start`: a job waits for a worker; the worker is let in; the time
 //!   from the call to the job's start as the runner records it, over real
 //!   daemons (p50).
+//! - `release`: a job holds a worker (no prepare) and runs; its runner is
+//!   killed with SIGKILL; the time from the kill to the worker being IDLE
+//!   again, as `getWorkerInfo` sees it polled every 0.2 ms (p50, max).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
@@ -32,7 +35,7 @@ use crate::protocol::luxi::LuxiRequest;
 use crate::protocol::wconfd::WconfdRequest;
 use crate::workers::{Registry, Request};
 
-const USAGE: &str = "usage: workers-bench [match|calls|start] [--runs N] [--quick]";
+const USAGE: &str = "usage: workers-bench [match|calls|start|release] [--runs N] [--quick]";
 
 const RUNS_DEFAULT: usize = 5;
 
@@ -41,6 +44,7 @@ const MATCH_SECONDS_MAX: f64 = 100e-6;
 const CALLS_PER_SECOND_MIN: f64 = 10_000.0;
 const CALLS_CLIENTS: usize = 16;
 const START_SECONDS_MAX: f64 = 5e-3;
+const RELEASE_SECONDS_MAX: f64 = 50e-3;
 
 pub fn main() -> ExitCode {
     bench::main(
@@ -56,16 +60,23 @@ enum Scenario {
     Match,
     Calls,
     Start,
+    Release,
 }
 
 impl bench::Scenario for Scenario {
-    const ALL: &'static [Scenario] = &[Scenario::Match, Scenario::Calls, Scenario::Start];
+    const ALL: &'static [Scenario] = &[
+        Scenario::Match,
+        Scenario::Calls,
+        Scenario::Start,
+        Scenario::Release,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Scenario::Match => "match",
             Scenario::Calls => "calls",
             Scenario::Start => "start",
+            Scenario::Release => "release",
         }
     }
 }
@@ -76,6 +87,7 @@ struct Sizes {
     waiting: usize,
     window: Duration,
     starts: usize,
+    kills: usize,
 }
 
 impl Sizes {
@@ -85,6 +97,7 @@ impl Sizes {
         waiting: 20_000,
         window: Duration::from_secs(3),
         starts: 30,
+        kills: 20,
     };
     const QUICK: Sizes = Sizes {
         workers: 500,
@@ -92,6 +105,7 @@ impl Sizes {
         waiting: 1_000,
         window: Duration::from_millis(300),
         starts: 3,
+        kills: 2,
     };
 }
 
@@ -121,11 +135,16 @@ fn run(options: &CommandLine<Scenario>) -> super::Result<()> {
                 "{} times: a job waits for a worker, the worker is let in; call to job start",
                 sizes.starts
             ),
+            Scenario::Release => format!(
+                "{} times: the runner of a job holding a worker is killed; kill to worker IDLE",
+                sizes.kills
+            ),
         };
         bench::run_scenario(scenario, &description, options.runs, || match scenario {
             Scenario::Match => Ok(matching(sizes)),
             Scenario::Calls => calls(&exe, &workspace, sizes),
             Scenario::Start => start(&exe, &workspace, sizes),
+            Scenario::Release => release(&exe, &workspace, sizes),
         })
     })
 }
@@ -368,6 +387,93 @@ fn start(
         .with_target(Target::Below(START_SECONDS_MAX)),
         Measure::new(
             "worker IDLE to job started, max",
+            Unit::Seconds,
+            delays[delays.len() - 1],
+        ),
+    ])
+}
+
+fn release(
+    exe: &std::path::Path,
+    workspace: &Workspace,
+    sizes: &Sizes,
+) -> super::Result<Vec<Measure>> {
+    let root = workspace.next_run_dir();
+    std::fs::create_dir_all(&root).context(|| "cannot create the root".to_owned())?;
+    let mut wconfd = daemon(exe, "wconfd", &root);
+    let mut wconfd_client = wconfd.spawn()?;
+    let mut luxid = daemon(exe, "luxid", &root);
+    let mut luxid_client = luxid.spawn()?;
+    result_of("wconfd", wconfd_client.call(&register_frame("b1"))?)?;
+    result_of("wconfd", wconfd_client.call(&state_frame("b1", "IDLE"))?)?;
+    let info = frame(
+        &WconfdRequest::GetWorkerInfo {
+            uuid: "b1".to_owned(),
+        }
+        .encode(),
+    );
+    let mut delays = Vec::new();
+    for round in 0..sizes.kills {
+        // The program names its runner (its parent) and keeps running.
+        let pid_file = root.join(format!("runner-{round}.pid"));
+        let script = format!(
+            "echo $PPID > {}.tmp && mv {0}.tmp {0} && exec sleep 60",
+            pid_file.display()
+        );
+        let ops = json!([{"OP_ID": "OP_EXEC", "argv": ["/bin/sh", "-c", script], "workers": {}}]);
+        let id = result_of(
+            "luxid",
+            luxid_client.call(&frame(&LuxiRequest::SubmitJob { ops }.encode()))?,
+        )?;
+        let id = id
+            .as_u64()
+            .ok_or_else(|| super::Error(format!("SubmitJob answered {id}")))?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let runner: i32 = loop {
+            if let Some(pid) = std::fs::read_to_string(&pid_file)
+                .ok()
+                .and_then(|text| text.trim().parse().ok())
+            {
+                break pid;
+            }
+            if Instant::now() > deadline {
+                return fail(format!("job {id}'s program did not start within 10 s"));
+            }
+            thread::sleep(Duration::from_millis(1));
+        };
+        let killed = Instant::now();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(runner),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .map_err(|error| super::Error(format!("cannot kill runner {runner}: {error}")))?;
+        loop {
+            let worker = result_of("wconfd", wconfd_client.call(&info)?)?;
+            if worker["state"] == "IDLE" {
+                break;
+            }
+            if killed.elapsed() > Duration::from_secs(10) {
+                return fail(format!(
+                    "worker b1 not IDLE 10 s after job {id}'s runner died"
+                ));
+            }
+            thread::sleep(Duration::from_micros(200));
+        }
+        delays.push(killed.elapsed().as_secs_f64());
+        wait_final(&mut luxid_client, id)?;
+    }
+    luxid.stop()?;
+    wconfd.stop()?;
+    delays.sort_by(f64::total_cmp);
+    Ok(vec![
+        Measure::new(
+            "runner killed to worker IDLE, p50",
+            Unit::Seconds,
+            percentile(&delays, 0.5),
+        )
+        .with_target(Target::Below(RELEASE_SECONDS_MAX)),
+        Measure::new(
+            "runner killed to worker IDLE, max",
             Unit::Seconds,
             delays[delays.len() - 1],
         ),

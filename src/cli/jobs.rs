@@ -62,15 +62,16 @@ pub struct ExecArgs {
 
 /// `submit FILE|-`.
 pub fn submit(root: &Path, output: &Output, file: &str) -> CliResult {
-    let document = read_job_file(file)?;
+    let document = read_json_file(file)?;
     let mut luxid = connect(root, Daemon::Luxid)?;
     let ids = submit_document(&mut luxid, &document)?;
     print_submitted(output, &ids);
     Ok(())
 }
 
-/// A job file's JSON: read from `file` (`-`: standard input).
-fn read_job_file(file: &str) -> CliResult<Value> {
+/// A job file's (or a registrations file's) JSON: read from `file`
+/// (`-`: standard input).
+pub fn read_json_file(file: &str) -> CliResult<Value> {
     let (name, text) = if file == "-" {
         let mut text = String::new();
         std::io::stdin()
@@ -108,6 +109,14 @@ fn classify(document: &Value) -> CliResult<JobFile<'_>> {
     } else {
         Err(shape_error())
     }
+}
+
+/// A job file's jobs, each a list of opcodes, in order.
+pub fn jobs_of(document: &Value) -> CliResult<Vec<&Value>> {
+    Ok(match classify(document)? {
+        JobFile::One(ops) => vec![ops],
+        JobFile::Many(jobs) => jobs.iter().collect(),
+    })
 }
 
 /// Submits a job file's jobs; their ids in order. Several jobs go in one
@@ -268,7 +277,7 @@ fn dependency_entry(spec: &str) -> CliResult<Value> {
 }
 
 /// The fields `list` shows.
-const LIST_FIELDS: [&str; 8] = [
+const LIST_FIELDS: [&str; 9] = [
     "id",
     "status",
     "priority",
@@ -276,6 +285,7 @@ const LIST_FIELDS: [&str; 8] = [
     "received_ts",
     "start_ts",
     "end_ts",
+    "workers",
     "archived",
 ];
 
@@ -317,6 +327,18 @@ pub fn list(root: &Path, output: &Output, statuses: &[String], archived: bool) -
         return Ok(());
     }
     let now = now_secs();
+    // The WORKERS column only where some job holds workers.
+    let workers_of = |job: &Map<String, Value>| -> String {
+        let uuids: Vec<&str> = job
+            .get("workers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        uuids.join(",")
+    };
+    let with_workers = jobs.iter().any(|job| !workers_of(job).is_empty());
     let rows: Vec<Vec<Cell>> = jobs
         .iter()
         .map(|job| {
@@ -333,7 +355,7 @@ pub fn list(root: &Path, output: &Output, statuses: &[String], archived: bool) -
             if job.get("archived") == Some(&Value::Bool(true)) {
                 status_cell.text.push_str(" (archived)");
             }
-            vec![
+            let mut row = vec![
                 text(job.get("id")).into(),
                 status_cell,
                 text(job.get("priority")).into(),
@@ -341,14 +363,28 @@ pub fn list(root: &Path, output: &Output, statuses: &[String], archived: bool) -
                     .map_or("-".to_owned(), |at| format!("{} ago", duration(now - at)))
                     .into(),
                 ran.into(),
-                summary(job.get("summary")).into(),
-            ]
+            ];
+            if with_workers {
+                let workers = workers_of(job);
+                row.push(
+                    if workers.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        workers
+                    }
+                    .into(),
+                );
+            }
+            row.push(summary(job.get("summary")).into());
+            row
         })
         .collect();
-    output.table(
-        &["ID", "STATUS", "PRIO", "RECEIVED", "RAN", "SUMMARY"],
-        &rows,
-    );
+    let mut headers = vec!["ID", "STATUS", "PRIO", "RECEIVED", "RAN"];
+    if with_workers {
+        headers.push("WORKERS");
+    }
+    headers.push("SUMMARY");
+    output.table(&headers, &rows);
     Ok(())
 }
 
@@ -410,6 +446,9 @@ pub fn info(root: &Path, output: &Output, id: u64) -> CliResult {
     for line in output.table_lines(&["", "", ""], &times).iter().skip(1) {
         output.line(&format!("  {line}"));
     }
+    if let Some(line) = workers_line(&job) {
+        output.line(&format!("  {line}"));
+    }
     let per_op = |field: &str| -> Vec<Value> {
         job.get(field)
             .and_then(Value::as_array)
@@ -443,6 +482,28 @@ pub fn info(root: &Path, output: &Output, id: u64) -> CliResult {
         }
     }
     Ok(())
+}
+
+/// What `info` says of a job's workers: those it was given, or what it
+/// asks for while it waits; None for a job that asked for none.
+fn workers_line(job: &Map<String, Value>) -> Option<String> {
+    let given: Vec<&str> = job
+        .get("workers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    if !given.is_empty() {
+        return Some(format!("workers   {}", given.join(", ")));
+    }
+    let asked = job.get("ops")?.get(0)?.get("workers")?;
+    let waiting = job.get("status").and_then(Value::as_str) == Some("queued");
+    Some(format!(
+        "workers   {} {}",
+        if waiting { "waiting for" } else { "asked for" },
+        compact(asked)
+    ))
 }
 
 /// The job's fields as an object; an unknown job is refused.

@@ -11,6 +11,7 @@ use super::output::{Cell, Output, Style, duration};
 use super::{CliError, CliResult, Exit, connect};
 use crate::client::{Client, Daemon};
 use crate::jobs::Status;
+use crate::workers::{Filter, State as WorkerState};
 
 /// A lock owner as wconfd names it: `[ident, livelock, pid]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -371,8 +372,24 @@ pub fn status(root: &Path, output: &Output) -> CliResult<Exit> {
     let wconfd = connect(root, Daemon::Wconfd).and_then(|mut wconfd| {
         wconfd.echo("status")?;
         let table = read_table(&mut wconfd)?;
-        Ok(table)
+        let workers = super::workers::list(&mut wconfd, Filter::default())?;
+        Ok((table, workers))
     });
+    // Workers by state, every state named (zero included).
+    let mut worker_states = serde_json::Map::new();
+    for state in WorkerState::ALL {
+        worker_states.insert(state.wire().to_owned(), json!(0));
+    }
+    if let Ok((_, listing)) = &wconfd {
+        for worker in super::workers::workers_of(listing) {
+            if let Some(count) = worker["state"]
+                .as_str()
+                .and_then(|state| worker_states.get_mut(state))
+            {
+                *count = json!(count.as_u64().unwrap_or(0) + 1);
+            }
+        }
+    }
     let luxid = connect(root, Daemon::Luxid).and_then(|mut luxid| {
         let drained = luxid.query_config_values(&["drain_flag"])?;
         let rows = Value::Array(luxid.query_jobs(None, &["status"])?);
@@ -394,7 +411,7 @@ pub fn status(root: &Path, output: &Output) -> CliResult<Exit> {
         }
     }
     let (held, owners, waiters) = match &wconfd {
-        Ok(table) => {
+        Ok((table, _)) => {
             let owners: BTreeSet<&Owner> = table
                 .locks
                 .iter()
@@ -430,6 +447,12 @@ pub fn status(root: &Path, output: &Output) -> CliResult<Exit> {
                 },
                 "jobs": jobs,
                 "locks": {"held": held, "owners": owners, "waiters": waiters},
+                "workers": {
+                    "states": worker_states,
+                    "list": wconfd.as_ref().ok().map(|(_, listing)| {
+                        Value::Array(super::workers::workers_of(listing).to_vec())
+                    }),
+                },
             }),
             false,
         );
@@ -452,7 +475,7 @@ pub fn status(root: &Path, output: &Output) -> CliResult<Exit> {
                 (count > 0).then(|| format!("{count} {}", status.name()))
             })
             .collect();
-        let rows = vec![
+        let mut rows = vec![
             vec!["root".into(), "".into(), root.display().to_string().into()],
             vec![
                 "wconfd".into(),
@@ -486,8 +509,28 @@ pub fn status(root: &Path, output: &Output) -> CliResult<Exit> {
                 .into(),
             ],
         ];
+        if let Ok((_, listing)) = &wconfd
+            && !super::workers::workers_of(listing).is_empty()
+        {
+            let counts: Vec<String> = worker_states
+                .iter()
+                .filter_map(|(state, count)| {
+                    let count = count.as_u64()?;
+                    (count > 0).then(|| format!("{count} {state}"))
+                })
+                .collect();
+            rows.push(vec!["workers".into(), "".into(), counts.join(", ").into()]);
+        }
         for line in output.table_lines(&["", "", ""], &rows).iter().skip(1) {
             output.line(line);
+        }
+        if let Ok((_, listing)) = &wconfd
+            && !super::workers::workers_of(listing).is_empty()
+        {
+            output.line("");
+            for line in super::workers::listing_lines(output, listing) {
+                output.line(&line);
+            }
         }
     }
     Ok(if wconfd.is_ok() && luxid.is_ok() {

@@ -21,7 +21,7 @@ use serde_json::Value;
 use crate::client::{Client, ClientError, Daemon};
 use crate::limits::LUXID_FRAME_BYTES_MAX_DEFAULT;
 
-pub use demo::EXAMPLES;
+pub use demo::{EXAMPLES, FARM, Farm};
 pub use output::Output;
 
 /// warden runs jobs as processes that take locks from a lock daemon.
@@ -57,7 +57,7 @@ Exit codes:
 enum Command {
     /// Start wconfd and luxid on the root, in the foreground, until Ctrl-C
     Up,
-    /// A tour: both daemons on a temporary root, the example jobs contending for locks
+    /// A tour: both daemons on a temporary root, the example jobs contending for locks and workers
     Demo,
     /// Submit a job file: a JSON list of opcodes, or a list of such lists (several jobs)
     Submit {

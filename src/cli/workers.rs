@@ -9,8 +9,10 @@ use serde_json::Value;
 
 use super::output::{Cell, Output, Style};
 use super::{CliError, CliResult, connect};
-use crate::client::Daemon;
+use crate::client::{Client, Daemon};
 use crate::protocol::wconfd::WconfdRequest;
+use crate::protocol::workers::{decode_caps, decode_groups, decode_strings};
+use crate::text::shortened;
 use crate::workers::{Direction, Filter, Order, Page, Sort, SortItem, State};
 
 #[derive(Subcommand, Debug)]
@@ -41,10 +43,14 @@ pub enum WorkersCommand {
     },
     /// One worker, with its history
     Info { uuid: String },
-    /// Register a worker (new ones start in MAINTENANCE)
+    /// Register a worker (new ones start in MAINTENANCE), or every worker of a file
     Register {
         /// A capability; UUID=... is required (repeatable)
-        #[arg(long = "cap", value_name = "KEY=VALUE", required = true)]
+        #[arg(
+            long = "cap",
+            value_name = "KEY=VALUE",
+            required_unless_present = "file"
+        )]
         caps: Vec<String>,
         /// A group (repeatable)
         #[arg(long = "group", value_name = "GROUP")]
@@ -55,6 +61,11 @@ pub enum WorkersCommand {
         /// The program run before it is handed out again (after `--prepare --`)
         #[arg(long, num_args = 1.., allow_hyphen_values = true, value_name = "ARGV")]
         prepare: Option<Vec<String>>,
+        /// A registrations file (`-`: standard input): a JSON list of
+        /// objects with caps, groups, address and prepare, registered in
+        /// order (e.g. jobs/board-farm-workers.json)
+        #[arg(long, value_name = "FILE", conflicts_with_all = ["caps", "groups", "address", "prepare"])]
+        file: Option<String>,
     },
     /// Let a worker in (`idle`, through its prepare) or take it out (`maintenance`)
     State {
@@ -111,7 +122,19 @@ pub fn run(root: &Path, output: &Output, command: &WorkersCommand) -> CliResult 
                 limit: *limit,
             };
             let listing = wconfd.wconfd(&WconfdRequest::ListWorkers { filter, sort, page })?;
-            print_listing(output, &listing);
+            if output.json {
+                output.json_value(&listing, false);
+            } else {
+                for line in listing_lines(output, &listing) {
+                    output.line(&line);
+                }
+                output.note(&format!(
+                    "{} of {} workers; {} more",
+                    workers_of(&listing).len(),
+                    text(&listing["total"]),
+                    text(&listing["remaining"])
+                ));
+            }
             return Ok(());
         }
         WorkersCommand::Info { uuid } => {
@@ -120,21 +143,31 @@ pub fn run(root: &Path, output: &Output, command: &WorkersCommand) -> CliResult 
             return Ok(());
         }
         WorkersCommand::Register {
+            file: Some(file), ..
+        } => {
+            let registrations = registrations(&super::jobs::read_json_file(file)?)?;
+            let uuids = register_all(&mut wconfd, &registrations)?;
+            if output.json {
+                output.json_value(&serde_json::json!({ "registered": uuids }), false);
+            } else {
+                output.line(&format!("registered {}", uuids.join(", ")));
+            }
+            return Ok(());
+        }
+        WorkersCommand::Register {
             caps,
             groups,
             address,
             prepare,
-        } => WconfdRequest::RegisterWorker {
+            file: None,
+        } => Registration {
             caps: key_values(caps)?,
             groups: (!groups.is_empty()).then(|| groups.iter().cloned().collect()),
             address: address.clone(),
             prepare: prepare.clone(),
-        },
-        WorkersCommand::State { uuid, state, kill } => WconfdRequest::SetWorkerState {
-            uuid: uuid.clone(),
-            state: state.to_ascii_uppercase(),
-            kill: *kill,
-        },
+        }
+        .request(),
+        WorkersCommand::State { uuid, state, kill } => state_request(uuid, state, *kill),
         WorkersCommand::Fail { uuid, reason } => WconfdRequest::SetWorkerFail {
             uuid: uuid.clone(),
             reason: reason.clone(),
@@ -156,6 +189,168 @@ pub fn run(root: &Path, output: &Output, command: &WorkersCommand) -> CliResult 
     Ok(())
 }
 
+/// One worker to register: the arguments of `registerWorker`. A
+/// registrations file holds a JSON list of them as objects with these
+/// names (and an optional `comment`), as `warden workers info --json`
+/// names them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registration {
+    pub caps: BTreeMap<String, String>,
+    pub groups: Option<BTreeSet<String>>,
+    pub address: Option<String>,
+    pub prepare: Option<Vec<String>>,
+}
+
+impl Registration {
+    /// The value of its `UUID` capability (wconfd refuses a worker
+    /// without one).
+    pub fn uuid(&self) -> &str {
+        self.caps.get("UUID").map_or("", String::as_str)
+    }
+
+    fn request(&self) -> WconfdRequest {
+        WconfdRequest::RegisterWorker {
+            caps: self.caps.clone(),
+            groups: self.groups.clone(),
+            address: self.address.clone(),
+            prepare: self.prepare.clone(),
+        }
+    }
+}
+
+/// The fields of a registrations file's entry.
+const REGISTRATION_FIELDS: [&str; 5] = ["caps", "groups", "address", "prepare", "comment"];
+
+/// A registrations file's workers, in order; the whole file is checked
+/// before anything is registered.
+pub fn registrations(document: &Value) -> CliResult<Vec<Registration>> {
+    let shape_error = || {
+        CliError::usage(
+            "a registrations file holds a JSON list of workers: objects with caps, groups, address and prepare",
+        )
+    };
+    let entries = document.as_array().ok_or_else(shape_error)?;
+    if entries.is_empty() {
+        return Err(shape_error());
+    }
+    entries
+        .iter()
+        .enumerate()
+        .map(|(index, entry)| {
+            let bad =
+                |what: String| CliError::usage(format!("worker {} of the file: {what}", index + 1));
+            let object = entry.as_object().ok_or_else(shape_error)?;
+            if let Some(other) = object
+                .keys()
+                .find(|key| !REGISTRATION_FIELDS.contains(&key.as_str()))
+            {
+                return Err(bad(format!(
+                    "unknown field '{}' (known: {})",
+                    shortened(other),
+                    REGISTRATION_FIELDS.join(", ")
+                )));
+            }
+            let caps = decode_caps(
+                object
+                    .get("caps")
+                    .ok_or_else(|| bad("no caps".to_owned()))?,
+            )
+            .map_err(|what| bad(format!("caps {what}")))?;
+            let groups = match object.get("groups") {
+                None | Some(Value::Null) => None,
+                Some(value) => {
+                    Some(decode_groups(value).map_err(|what| bad(format!("groups {what}")))?)
+                }
+            };
+            let address = match object.get("address") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(address)) => Some(address.clone()),
+                Some(_) => return Err(bad("address is not a string".to_owned())),
+            };
+            let prepare = match object.get("prepare") {
+                None | Some(Value::Null) => None,
+                Some(value) => Some(
+                    decode_strings(value, "arguments")
+                        .map_err(|what| bad(format!("prepare {what}")))?,
+                ),
+            };
+            if object
+                .get("comment")
+                .is_some_and(|comment| !comment.is_string())
+            {
+                return Err(bad("comment is not a string".to_owned()));
+            }
+            Ok(Registration {
+                caps,
+                groups,
+                address,
+                prepare,
+            })
+        })
+        .collect()
+}
+
+/// Registers `registrations` in order; their uuids. A refusal names the
+/// worker, and those registered before it.
+pub fn register_all(wconfd: &mut Client, registrations: &[Registration]) -> CliResult<Vec<String>> {
+    let mut uuids: Vec<String> = Vec::new();
+    for (index, registration) in registrations.iter().enumerate() {
+        if let Err(error) = wconfd.wconfd(&registration.request()) {
+            let error = CliError::from(error);
+            return Err(CliError::new(
+                error.exit,
+                format!(
+                    "worker {}{} of the file: {}{}",
+                    index + 1,
+                    match registration.uuid() {
+                        "" => String::new(),
+                        uuid => format!(" ({uuid})"),
+                    },
+                    error.message,
+                    if uuids.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (registered: {})", uuids.join(", "))
+                    }
+                ),
+            ));
+        }
+        uuids.push(registration.uuid().to_owned());
+    }
+    Ok(uuids)
+}
+
+/// `state UUID idle|maintenance [--kill]`.
+fn state_request(uuid: &str, state: &str, kill: bool) -> WconfdRequest {
+    WconfdRequest::SetWorkerState {
+        uuid: uuid.to_owned(),
+        state: state.to_ascii_uppercase(),
+        kill,
+    }
+}
+
+/// Lets a worker in (`idle`) or takes it out (`maintenance`), as `state`
+/// does.
+pub fn set_state(wconfd: &mut Client, uuid: &str, state: &str, kill: bool) -> CliResult {
+    wconfd.wconfd(&state_request(uuid, state, kill))?;
+    Ok(())
+}
+
+/// The workers that `filter` admits, by uuid, as one listing (the most a
+/// page holds).
+pub fn list(wconfd: &mut Client, filter: Filter) -> CliResult<Value> {
+    Ok(wconfd.wconfd(&WconfdRequest::ListWorkers {
+        filter,
+        sort: Sort::default(),
+        page: Page::default(),
+    })?)
+}
+
+/// The worker objects of a listing.
+pub fn workers_of(listing: &Value) -> &[Value] {
+    listing["workers"].as_array().map_or(&[], Vec::as_slice)
+}
+
 /// `KEY=VALUE` arguments as a map.
 pub fn key_values(pairs: &[String]) -> CliResult<BTreeMap<String, String>> {
     pairs
@@ -168,7 +363,8 @@ pub fn key_values(pairs: &[String]) -> CliResult<BTreeMap<String, String>> {
         .collect()
 }
 
-fn state_style(state: &str) -> Option<Style> {
+/// The colour of a worker state.
+pub fn state_style(state: &str) -> Option<Style> {
     match state {
         "IDLE" => Some(Style::Green),
         "RUNNING" | "PREPARE" => Some(Style::Cyan),
@@ -178,7 +374,8 @@ fn state_style(state: &str) -> Option<Style> {
     }
 }
 
-fn text(value: &Value) -> String {
+/// A field of a worker object as text; `-` for null.
+pub fn text(value: &Value) -> String {
     match value {
         Value::Null => "-".to_owned(),
         Value::String(text) => text.clone(),
@@ -186,7 +383,8 @@ fn text(value: &Value) -> String {
     }
 }
 
-fn caps_text(caps: &Value) -> String {
+/// Caps as `K=V,...`, without the UUID.
+pub fn caps_text(caps: &Value) -> String {
     caps.as_object()
         .map(|caps| {
             caps.iter()
@@ -205,15 +403,10 @@ fn groups_text(groups: &Value) -> String {
         .unwrap_or_default()
 }
 
-fn print_listing(output: &Output, listing: &Value) {
-    if output.json {
-        output.json_value(listing, false);
-        return;
-    }
-    let rows: Vec<Vec<Cell>> = listing["workers"]
-        .as_array()
-        .into_iter()
-        .flatten()
+/// A listing as the table `list` prints.
+pub fn listing_lines(output: &Output, listing: &Value) -> Vec<String> {
+    let rows: Vec<Vec<Cell>> = workers_of(listing)
+        .iter()
         .map(|worker| {
             let state = text(&worker["state"]);
             vec![
@@ -226,16 +419,10 @@ fn print_listing(output: &Output, listing: &Value) {
             ]
         })
         .collect();
-    output.table(
+    output.table_lines(
         &["UUID", "STATE", "JOB", "GROUPS", "CAPS", "ADDRESS"],
         &rows,
-    );
-    output.note(&format!(
-        "{} of {} workers; {} more",
-        rows.len(),
-        text(&listing["total"]),
-        text(&listing["remaining"])
-    ));
+    )
 }
 
 fn print_worker(output: &Output, worker: &Value) {
@@ -276,5 +463,74 @@ fn print_worker(output: &Output, worker: &Value) {
     if !rows.is_empty() {
         output.line("");
         output.table(&["JOB", "ENDED", "HELD"], &rows);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_board_farm_of_jobs_is_a_registrations_file() {
+        let document: Value =
+            serde_json::from_str(include_str!("../../jobs/board-farm-workers.json")).expect("JSON");
+        let farm = registrations(&document).expect("registrations");
+        let uuids: Vec<&str> = farm.iter().map(Registration::uuid).collect();
+        assert_eq!(uuids, ["board-a1", "board-a2", "board-b1"]);
+        assert!(farm.iter().all(|worker| worker.prepare.is_some()));
+        assert_eq!(farm[1].caps.get("camera").map(String::as_str), Some("yes"));
+    }
+
+    #[test]
+    fn a_registrations_file_is_checked_whole() {
+        let one = registrations(&json!([{"caps": {"UUID": "w"}, "comment": "x"}])).expect("ok");
+        assert_eq!(
+            one,
+            [Registration {
+                caps: [("UUID".to_owned(), "w".to_owned())].into(),
+                groups: None,
+                address: None,
+                prepare: None,
+            }]
+        );
+        for (document, message) in [
+            (json!({}), "a registrations file holds"),
+            (json!([]), "a registrations file holds"),
+            (json!([[]]), "a registrations file holds"),
+            (json!([{"groups": ["g"]}]), "worker 1 of the file: no caps"),
+            (
+                json!([{"caps": {"UUID": "w"}}, {"caps": {"UUID": 1}}]),
+                "worker 2 of the file: caps has a value of UUID",
+            ),
+            (
+                json!([{"caps": {}, "groups": "g"}]),
+                "worker 1 of the file: groups is not a list",
+            ),
+            (
+                json!([{"caps": {}, "address": 5}]),
+                "address is not a string",
+            ),
+            (
+                json!([{"caps": {}, "prepare": [1]}]),
+                "prepare has arguments that are not strings",
+            ),
+            (
+                json!([{"caps": {}, "comment": 1}]),
+                "comment is not a string",
+            ),
+            (
+                json!([{"caps": {}, "state": "IDLE"}]),
+                "unknown field 'state'",
+            ),
+        ] {
+            let error = registrations(&document).expect_err("refused");
+            assert_eq!(error.exit, super::super::Exit::Usage);
+            assert!(
+                error.message.contains(message),
+                "{document}: {}",
+                error.message
+            );
+        }
     }
 }

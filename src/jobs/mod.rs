@@ -168,6 +168,10 @@ pub struct Job {
     pub livelock: Option<String>,
     /// The runner's pid, once it runs.
     pub process_id: Option<u32>,
+    /// The uuids of the workers the job was given (WORKERS.md), recorded
+    /// by its runner when it starts; absent for a job that asked for none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workers: Vec<String>,
 }
 
 impl Job {
@@ -266,6 +270,7 @@ impl Job {
             "received_ts" => json!(self.received_timestamp),
             "start_ts" => json!(self.start_timestamp),
             "end_ts" => json!(self.end_timestamp),
+            "workers" => json!(self.workers),
             _ => return None,
         })
     }
@@ -350,7 +355,7 @@ pub fn digest_values(keys: &std::hash::RandomState, value: &Value) -> u64 {
 }
 
 /// Every field QueryJobs and WaitForJobChange know.
-pub const FIELDS: [&str; 16] = [
+pub const FIELDS: [&str; 17] = [
     "id",
     "status",
     "priority",
@@ -367,6 +372,7 @@ pub const FIELDS: [&str; 16] = [
     "received_ts",
     "start_ts",
     "end_ts",
+    "workers",
 ];
 
 #[cfg(test)]
@@ -388,6 +394,7 @@ mod tests {
             end_timestamp: None,
             livelock: None,
             process_id: None,
+            workers: Vec::new(),
         }
     }
 

@@ -229,6 +229,18 @@ pub fn worker_env_of(list: &str) -> Vec<(String, String)> {
     env
 }
 
+/// The uuids of a `WARDEN_WORKERS` list, in its order.
+pub fn worker_uuids_of(list: &str) -> Vec<String> {
+    let workers: Value = serde_json::from_str(list).unwrap_or(Value::Null);
+    workers
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|worker| worker.get("uuid").and_then(Value::as_str))
+        .map(str::to_owned)
+        .collect()
+}
+
 // ----- listWorkers -----
 
 /// `null` or `{"groups", "caps", "states"}`.

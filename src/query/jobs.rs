@@ -46,8 +46,9 @@ const fn field(
     }
 }
 
-/// Every job field, in Ganeti's order (`Ganeti.Query.Job`).
-pub const JOB_FIELDS: [JobField; 16] = [
+/// Every job field, in Ganeti's order (`Ganeti.Query.Job`), then
+/// warden's own.
+pub const JOB_FIELDS: [JobField; 17] = [
     field("id", "ID", FieldKind::Number, "Job ID"),
     field("status", "Status", FieldKind::Text, "Job status"),
     field(
@@ -128,6 +129,12 @@ pub const JOB_FIELDS: [JobField; 16] = [
         "End",
         FieldKind::Other,
         "Timestamp of job end (tuple containing seconds and microseconds)",
+    ),
+    field(
+        "workers",
+        "Workers",
+        FieldKind::Other,
+        "UUIDs of the workers the job was given (extension)",
     ),
 ];
 
@@ -441,6 +448,7 @@ mod tests {
             end_timestamp: None,
             livelock: None,
             process_id: None,
+            workers: Vec::new(),
         }
     }
 

@@ -108,6 +108,13 @@ pub fn worker_env() -> Vec<(String, String)> {
     crate::protocol::workers::worker_env_of(&list)
 }
 
+/// The uuids of the workers luxid gave the runner, for the job file.
+pub fn worker_uuids() -> Vec<String> {
+    std::env::var_os(WORKERS_ENV)
+        .map(|list| crate::protocol::workers::worker_uuids_of(&list.to_string_lossy()))
+        .unwrap_or_default()
+}
+
 /// The command for `exec`, not yet started.
 pub fn command(exec: &Exec, job: u64, root: &Path) -> Command {
     let mut command = Command::new(&exec.argv[0]);

@@ -179,6 +179,7 @@ mod tests {
             end_timestamp: None,
             livelock: None,
             process_id: None,
+            workers: Vec::new(),
         }
     }
 

@@ -14,7 +14,8 @@
 //!    anything else (LIVENESS.md "Livelock files"); its descriptor is
 //!    handed on to the programs the runner starts.
 //! 2. The job file is read. A final job is left alone. Otherwise its
-//!    `livelock`, `process_id` and `start_timestamp` are recorded (with the
+//!    `livelock`, `process_id`, `start_timestamp` and its `workers` (from
+//!    `WARDEN_WORKERS`) are recorded (with the
 //!    first opcode's `waiting`, in one write).
 //! 3. Each opcode in order: `waiting` (its dependencies and preconditions
 //!    are checked, then `cluster/BGL` shared plus its own locks are awaited
@@ -250,6 +251,7 @@ fn run_holding(
     let mut context = Context::new(queue_dir, path, job, log_bytes_max, signals)?;
     context.job.livelock = Some(livelock_path.clone());
     context.job.process_id = Some(std::process::id());
+    context.job.workers = exec::worker_uuids();
     context
         .job
         .start_timestamp

@@ -25,6 +25,11 @@
 //! priority request left, the configuration as above, the lock table
 //! empty, and no stale livelock file left but those the stale-age rule
 //! allows (D12).
+//!
+//! The worker client's farm is checked after each start of wconfd and at
+//! the end (what was acknowledged stands), and at the end no board was
+//! held by two jobs' programs at once and each handover of a board with a
+//! prepare passed through one (see [`worker_clients`]).
 
 use crate::limits::TORTURE_DEATH_MARK_TIMEOUT;
 use std::collections::BTreeMap;
@@ -42,11 +47,12 @@ use crate::locks::Mode;
 use crate::protocol::wconfd::WconfdRequest;
 use crate::queue;
 
-use super::Shared;
 use super::history::{self, Interval};
 use super::lock_clients::parse_listing;
 use super::processes::{self, DaemonProcess, OwnerFate};
 use super::rng::Rng;
+use super::{Shared, worker_clients};
+use crate::workers::NO_WORKER_MATCHES;
 
 /// Conflicting interval pairs reported at most.
 const CONFLICTS_REPORTED_MAX: usize = 10;
@@ -297,6 +303,7 @@ pub fn after_wconfd_start(shared: &Shared) {
             }
         }
     }
+    check_farm(shared, &mut client, "after a wconfd start");
 }
 
 /// A configuration read is one the config client's writes allow.
@@ -477,6 +484,98 @@ fn opcode_locks(op: &Value) -> Vec<(String, Mode)> {
     }
 }
 
+/// Whether no board is in PREPARE or RUNNING and every job of the queue
+/// is final.
+fn farm_quiet(shared: &Shared) -> Result<bool, String> {
+    let listing = wconfd(shared).and_then(|mut client| {
+        worker_clients::list_farm(&mut client).map_err(|error| error.to_string())
+    })?;
+    let busy = listing["workers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|worker| matches!(worker["state"].as_str(), Some("PREPARE" | "RUNNING")));
+    let rows = luxid(shared).and_then(|mut client| {
+        client
+            .query_jobs(None, &["status"])
+            .map_err(|error| error.to_string())
+    })?;
+    let unfinished = rows
+        .iter()
+        .any(|row| !matches!(row[0].as_str(), Some("success" | "error" | "canceled")));
+    Ok(!busy && !unfinished)
+}
+
+/// The farm wconfd lists is what the worker client was acknowledged.
+fn check_farm(shared: &Shared, client: &mut Client, when: &str) {
+    match worker_clients::list_farm(client) {
+        Ok(listing) => {
+            shared.figures.farm_checks.fetch_add(1, Ordering::Relaxed);
+            let farm = shared.farm.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Err(message) = farm.check(&listing) {
+                shared.violation(format!("{when}, {message}"));
+            }
+        }
+        Err(error) => shared.violation(format!("{when}, listWorkers failed: {error}")),
+    }
+}
+
+/// No board was held by two jobs' programs at once, and every handover
+/// of a board with a prepare passed through one (see
+/// [`worker_clients`]). Killed programs end with their job, looked up
+/// here for every job a record names (some were never acknowledged).
+fn check_holds(shared: &Shared) {
+    let (holds, prepares) =
+        worker_clients::read_records(&shared.root.join(worker_clients::RECORDS_DIR));
+    let mut ids: Vec<u64> = holds.iter().map(|hold| hold.job).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut ends = BTreeMap::new();
+    let mut client = match luxid(shared) {
+        Ok(client) => client,
+        Err(error) => return shared.violation(format!("luxid answers no more: {error}")),
+    };
+    for chunk in ids.chunks(500) {
+        match client.query_jobs(Some(chunk), &["end_ts"]) {
+            Ok(rows) => {
+                for (id, row) in chunk.iter().zip(&rows) {
+                    if let Some(end_us) = timestamp_us(&row[0]) {
+                        ends.insert(*id, end_us);
+                    }
+                }
+            }
+            Err(error) => return shared.violation(format!("QueryJobs failed: {error}")),
+        }
+    }
+    shared
+        .figures
+        .holds_checked
+        .store(holds.len() as u64, Ordering::Relaxed);
+    let prepared = worker_clients::prepared_boards();
+    let found = worker_clients::overlaps(&holds, &ends).and_then(|mut found| {
+        let handovers = worker_clients::unprepared_handovers(&holds, &ends, &prepares, &prepared)?;
+        found.extend(handovers);
+        Ok(found)
+    });
+    let handovers = holds
+        .iter()
+        .flat_map(|hold| hold.uuids.iter())
+        .filter(|uuid| prepared.contains(&uuid.as_str()))
+        .count();
+    shared
+        .figures
+        .handovers_checked
+        .store(handovers as u64, Ordering::Relaxed);
+    match found {
+        Ok(found) => {
+            for message in found.into_iter().take(CONFLICTS_REPORTED_MAX) {
+                shared.violation(message);
+            }
+        }
+        Err(message) => shared.violation(message),
+    }
+}
+
 /// Settles the run and checks its end (see the module documentation).
 pub fn final_checks(shared: &Shared, daemons: &mut Daemons, settle: Duration) {
     let ids: Vec<u64> = shared.serials().ids().collect();
@@ -527,6 +626,22 @@ pub fn final_checks(shared: &Shared, daemons: &mut Daemons, settle: Duration) {
         }
         std::thread::sleep(Duration::from_millis(100));
     };
+    // The farm's own jobs (prepares) end too: no board in PREPARE or
+    // RUNNING, and every job of the queue final.
+    loop {
+        match farm_quiet(shared) {
+            Ok(true) => break,
+            Ok(false) if Instant::now() < deadline => {}
+            Ok(false) => {
+                return shared.violation(format!(
+                    "the farm is not quiet {settle:?} after the chaos ended (a board in \
+                     PREPARE or RUNNING, or a job of the queue not final)"
+                ));
+            }
+            Err(error) => return shared.violation(error),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     shared
         .figures
         .jobs_checked
@@ -544,6 +659,11 @@ pub fn final_checks(shared: &Shared, daemons: &mut Daemons, settle: Duration) {
     check_outcomes(shared, &rows);
     check_queue_files(shared);
     check_intervals(shared, &rows);
+    check_holds(shared);
+    match wconfd(shared) {
+        Ok(mut client) => check_farm(shared, &mut client, "at the end"),
+        Err(error) => shared.violation(format!("wconfd answers no more: {error}")),
+    }
     match wconfd(shared)
         .and_then(|mut client| client.read_config().map_err(|error| error.to_string()))
     {
@@ -573,6 +693,7 @@ fn check_outcomes(shared: &Shared, rows: &BTreeMap<u64, Value>) {
         let job = jobs.get(id);
         let depends = job.map(|job| job.depends.clone()).unwrap_or_default();
         let cancel_asked = job.is_some_and(|job| job.cancel_asked);
+        let board = job.and_then(|job| job.workers);
         let kill_asked = job.is_some_and(|job| job.kill_asked);
         let dependency_canceled = depends.iter().any(|dependency| {
             rows.get(dependency).and_then(|row| row[1].as_str()) == Some("canceled")
@@ -601,6 +722,19 @@ fn check_outcomes(shared: &Shared, rows: &BTreeMap<u64, Value>) {
             "error" => {
                 for message in &messages {
                     let explained = if message == "Preceding opcode failed" {
+                        true
+                    } else if board.is_some() && message.starts_with("worker ") {
+                        // Failed or taken into maintenance with `kill`
+                        // by the worker client while the job held it.
+                        message.contains(" failed: torture fail ")
+                            || message.ends_with(" was put in MAINTENANCE")
+                    } else if message.ends_with(NO_WORKER_MATCHES) {
+                        // The transient board went while the job waited.
+                        board == Some("c")
+                    } else if board.is_some() && message.starts_with("detected death of job") {
+                        // Told to end by wconfd (a board failed) and
+                        // killed, then luxid was killed before it wrote the
+                        // end: the reason is lost with it (RELIABILITY.md).
                         true
                     } else if message.starts_with("detected death of job") {
                         killed.contains(id) || kill_asked

@@ -5,7 +5,8 @@
 //! priority of some and archive some finished ones. Jobs are short:
 //! `OP_EXEC` of `true` or `sleep 0.0x`, `OP_TEST_DELAY`s, some taking the
 //! same `node/<n>` locks as the lock clients, some depending on earlier
-//! jobs, some of two opcodes.
+//! jobs, some of two opcodes, some asking for boards of the worker
+//! client's farm.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -17,7 +18,8 @@ use crate::protocol::luxi::LuxiRequest;
 
 use super::lock_clients::NODES;
 use super::rng::Rng;
-use super::{Backoff, Shared, SubmittedJob};
+use super::{Backoff, Shared, SubmittedJob, worker_clients};
+use crate::workers::NO_WORKER_MATCHES;
 
 /// The client's thread: submit until told to stop.
 pub fn run(shared: &Shared, index: usize) {
@@ -82,6 +84,8 @@ pub fn run(shared: &Shared, index: usize) {
 
 /// Submissions followed by a `CancelJob` of a recent job.
 const CANCEL_PERCENT: u64 = 6;
+/// Single submissions asking for boards of the farm.
+const WORKERS_PERCENT: u64 = 25;
 /// Submissions made with `SubmitManyJobs`.
 const MANY_PERCENT: u64 = 10;
 /// Submissions followed by a `ChangeJobPriority` of a recent job.
@@ -111,6 +115,9 @@ fn acknowledged(shared: &Shared, id: u64, high_before: u64, depends: Vec<u64>) {
 
 /// One `SubmitJob`; false if the answer is lost.
 fn submit_one(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
+    if rng.percent(WORKERS_PERCENT) && shared.farm_ready.load(Ordering::SeqCst) {
+        return submit_worker_job(rng, shared, client);
+    }
     let (ops, depends) = job(rng, shared);
     let high_before = shared.serials().high();
     let what = "SubmitJob of a valid job";
@@ -132,6 +139,60 @@ fn submit_one(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
         }
         Answer::Violation => true,
         Answer::Lost => false,
+    }
+}
+
+/// One `SubmitJob` of a job asking for boards of the farm (its first
+/// opcode records what its program held, see
+/// [`super::worker_clients`]); false if the answer is lost. Asking for
+/// the transient board's kind may be refused while it is not registered.
+fn submit_worker_job(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
+    let records = shared.root.join(worker_clients::RECORDS_DIR);
+    let (first, kind) = worker_clients::worker_job(rng, &records);
+    let mut ops = vec![first];
+    if rng.percent(20) {
+        ops.push(opcode(rng));
+    }
+    let high_before = shared.serials().high();
+    match client.luxi(&LuxiRequest::SubmitJob {
+        ops: Value::Array(ops),
+    }) {
+        Ok(Value::Number(id)) if id.is_u64() => {
+            let id = id.as_u64().expect("checked above");
+            acknowledged(shared, id, high_before, Vec::new());
+            if let Some(job) = shared.jobs().get_mut(&id) {
+                job.workers = Some(kind);
+            }
+            shared.figures.worker_jobs.fetch_add(1, Ordering::Relaxed);
+            true
+        }
+        Err(ClientError::Failed { args, .. })
+            if kind == "c"
+                && args
+                    .first()
+                    .and_then(Value::as_str)
+                    .is_some_and(|text| text.contains(NO_WORKER_MATCHES)) =>
+        {
+            shared
+                .figures
+                .worker_jobs_refused
+                .fetch_add(1, Ordering::Relaxed);
+            true
+        }
+        Ok(other) => {
+            shared.violation(format!(
+                "SubmitJob of a job asking for boards answered {other}"
+            ));
+            true
+        }
+        Err(ClientError::Failed { class, args, .. }) => {
+            shared.violation(format!(
+                "luxid refused a job asking for boards of kind {kind}: {class} {}",
+                Value::Array(args)
+            ));
+            true
+        }
+        Err(_) => false,
     }
 }
 

@@ -1,6 +1,7 @@
 //! The crash harness behind `bin/torture.rs`: real wconfd, luxid and job
 //! runners on a temp root, clients submitting jobs and churning locks,
-//! and a chaos thread that kills the daemons, runners and lock owners with
+//! a worker client churning a board farm that jobs ask for, and a chaos
+//! thread that kills the daemons, runners and lock owners with
 //! SIGKILL at seeded random moments and starts the daemons again. What the
 //! clients were acknowledged is checked after every restart and at the
 //! end (see [`checks`]).
@@ -18,6 +19,7 @@ pub mod job_clients;
 pub mod lock_clients;
 pub mod processes;
 pub mod rng;
+pub mod worker_clients;
 
 use crate::limits::TORTURE_SETTLE_TIMEOUT;
 use std::collections::BTreeMap;
@@ -91,6 +93,13 @@ pub struct Figures {
     pub intervals_checked: AtomicU64,
     pub job_intervals: AtomicU64,
     pub young_livelocks: AtomicU64,
+    pub worker_jobs: AtomicU64,
+    pub worker_jobs_refused: AtomicU64,
+    pub worker_changes: AtomicU64,
+    pub worker_answers_lost: AtomicU64,
+    pub farm_checks: AtomicU64,
+    pub holds_checked: AtomicU64,
+    pub handovers_checked: AtomicU64,
 }
 
 impl Figures {
@@ -160,6 +169,18 @@ impl Figures {
                 "livelocks : {} dead files younger than the stale age left (allowed)",
                 get(&self.young_livelocks)
             ),
+            format!(
+                "workers   : {} jobs asked for boards ({} refused: no board of the kind), \
+                 {} farm changes acknowledged, {} answers lost, {} farm listings checked, \
+                 {} holds and {} handovers checked",
+                get(&self.worker_jobs),
+                get(&self.worker_jobs_refused),
+                get(&self.worker_changes),
+                get(&self.worker_answers_lost),
+                get(&self.farm_checks),
+                get(&self.holds_checked),
+                get(&self.handovers_checked)
+            ),
         ]
     }
 }
@@ -176,6 +197,8 @@ pub struct SubmittedJob {
     pub dequeued: bool,
     /// `ArchiveJob` answered true: its file must be in the archive.
     pub archived: bool,
+    /// The kind of board it asked for ([`worker_clients::worker_job`]).
+    pub workers: Option<&'static str>,
 }
 
 /// What the threads of a run share.
@@ -203,6 +226,11 @@ pub struct Shared {
     pub runners_killed: Mutex<std::collections::BTreeSet<u64>>,
     /// The config client's writes.
     pub config: Mutex<config_client::ConfigHistory>,
+    /// What wconfd acknowledged to the worker client.
+    pub farm: Mutex<worker_clients::FarmModel>,
+    /// Set once the farm is registered: jobs asking for boards wait for
+    /// it (before, they would be refused).
+    pub farm_ready: AtomicBool,
     pub figures: Figures,
 }
 
@@ -327,6 +355,8 @@ pub fn run(options: &Options) -> Result<Outcome, String> {
             .collect(),
         runners_killed: Mutex::new(std::collections::BTreeSet::new()),
         config: Mutex::new(config_client::ConfigHistory::default()),
+        farm: Mutex::new(worker_clients::FarmModel::default()),
+        farm_ready: AtomicBool::new(false),
         figures: Figures::default(),
     });
     let mut daemons = checks::Daemons {
@@ -370,6 +400,13 @@ pub fn run(options: &Options) -> Result<Outcome, String> {
                 .name("config-client".to_owned())
                 .spawn(move || config_client::run(&shared))
                 .expect("spawn the config client thread")
+        }))
+        .chain(std::iter::once({
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("worker-client".to_owned())
+                .spawn(move || worker_clients::run(&shared))
+                .expect("spawn the worker client thread")
         }))
         .collect();
 

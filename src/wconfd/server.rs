@@ -594,12 +594,10 @@ impl State {
                 Some(worker) => Ok(worker_object(&self.workers, worker)),
                 None => Err(worker_error(&WorkerError::NotFound)),
             },
-            R::ListWorkers { filter, sort, page } => {
-                Ok(encode_listing(
-                    &self.workers,
-                    &self.workers.list(&filter, sort, &page),
-                ))
-            }
+            R::ListWorkers { filter, sort, page } => Ok(encode_listing(
+                &self.workers,
+                &self.workers.list(&filter, sort, &page),
+            )),
             R::CheckWorkers { request } => {
                 if self.workers.could_ever_fit(&request) {
                     Ok(json!(true))

@@ -426,7 +426,9 @@ impl Registry {
             }
             let state = registry.workers.get(&uuid).map(|worker| worker.state);
             if matches!(state, Some(State::Idle | State::Running | State::Busy)) {
-                return Err(format!("worker {uuid} waits for job {job}, yet is held or IDLE"));
+                return Err(format!(
+                    "worker {uuid} waits for job {job}, yet is held or IDLE"
+                ));
             }
             registry.draining.insert(uuid, job);
         }

@@ -282,7 +282,8 @@ fn a_failed_worker_is_not_handed_on_before_its_killed_holder_released() {
         farm.assign(9, &["b1"]);
         farm.fail("b1", "no power").expect("failed");
         assert_eq!(farm.registry.draining_for("b1"), Some(9));
-        farm.state("b1", "MAINTENANCE", false).expect("to MAINTENANCE");
+        farm.state("b1", "MAINTENANCE", false)
+            .expect("to MAINTENANCE");
         assert_eq!(
             farm.state("b1", "IDLE", false),
             Ok(vec![]),
@@ -327,7 +328,7 @@ fn a_failed_worker_is_not_handed_on_before_its_killed_holder_released() {
     farm.fail("b2", "smoke").expect("failed");
     let saved = farm.registry.saved();
     assert_eq!(saved.draining, vec![("b2".to_owned(), 11)]);
-    let mut restored = Registry::restore(saved, 0).expect("restores");
+    let restored = Registry::restore(saved, 0).expect("restores");
     restored.check_invariants();
     farm.registry = restored;
     farm.registry.deregister("b2").expect("deregistered");

@@ -138,16 +138,51 @@ fn every_job_file_in_jobs_is_run_by_the_demo_and_ends_as_expected() {
         .filter(|name| name.ends_with(".json"))
         .collect();
     files.sort();
-    let mut in_demo: Vec<String> = warden::cli::EXAMPLES
+    // Every file is either a job file the demo submits or the board farm
+    // it registers, never both.
+    let farm = &warden::cli::FARM;
+    let job_files: Vec<&str> = warden::cli::EXAMPLES
         .iter()
-        .map(|(file, _, _)| (*file).to_owned())
+        .map(|(file, _, _)| *file)
         .collect();
+    assert!(!job_files.contains(&farm.file), "{}", farm.file);
+    let mut in_demo: Vec<String> = job_files.iter().map(|file| (*file).to_owned()).collect();
+    in_demo.push(farm.file.to_owned());
     in_demo.sort();
     assert_eq!(files, in_demo, "the demo runs every file of jobs/");
-    assert!(files.len() >= 4, "{files:?}");
+    assert!(job_files.len() >= 5, "{files:?}");
+    for file in &files {
+        let text = fs::read_to_string(dir.join(file)).expect("read a jobs/ file");
+        let document: Value = serde_json::from_str(&text).expect("a jobs/ file is JSON");
+        let first = &document[0];
+        // A job file is a list of opcodes or a list of such lists; the
+        // registrations file a list of workers (objects with caps).
+        let is_registrations = first.get("caps").is_some();
+        assert_eq!(is_registrations, *file == farm.file, "{file}");
+        assert!(
+            is_registrations || first.get("OP_ID").is_some() || first[0].get("OP_ID").is_some(),
+            "{file} is neither a job file nor a registrations file"
+        );
+    }
 
+    // The board farm, registered and let in as a user would.
     let cluster = Cluster::start();
     let root = cluster_root(&cluster);
+    let farm_path = dir.join(farm.file);
+    let registered = json_of(
+        &root,
+        &[
+            "workers",
+            "register",
+            "--file",
+            farm_path.to_str().expect("a UTF-8 path"),
+        ],
+    );
+    let uuids: Vec<&str> = farm.expected.iter().map(|(uuid, _)| *uuid).collect();
+    assert_eq!(registered["registered"], json!(uuids), "{registered}");
+    for uuid in &uuids {
+        expect(&root, &["workers", "state", uuid, "idle"], SUCCESS);
+    }
     for (file, _, expected) in warden::cli::EXAMPLES {
         let path = dir.join(file);
         let submitted = json_of(&root, &["submit", path.to_str().expect("a UTF-8 path")]);
@@ -174,6 +209,32 @@ fn every_job_file_in_jobs_is_run_by_the_demo_and_ends_as_expected() {
             assert_eq!(cluster.status(*id), *expected, "{file} job {id}");
         }
     }
+    // Once no prepare runs any more, every worker is in its expected state.
+    let settled = || {
+        let listing = json_of(&root, &["workers", "list"]);
+        let workers = listing["workers"].as_array().expect("workers").clone();
+        let busy = workers
+            .iter()
+            .any(|worker| worker["state"] == "PREPARE" || worker["state"] == "RUNNING");
+        (!busy).then_some(workers)
+    };
+    let mut workers = None;
+    wait_until("the farm's workers settle", DEADLINE, || {
+        workers = settled();
+        workers.is_some()
+    });
+    let workers = workers.expect("settled");
+    for (uuid, state) in farm.expected {
+        let worker = workers
+            .iter()
+            .find(|worker| worker["uuid"] == *uuid)
+            .unwrap_or_else(|| panic!("{uuid} in {workers:?}"));
+        assert_eq!(worker["state"], *state, "{worker}");
+        if *state == "FAILED" {
+            let reason = worker["fail_reason"].as_str().unwrap_or_default();
+            assert!(reason.starts_with("prepare failed"), "{worker}");
+        }
+    }
 }
 
 #[test]
@@ -188,17 +249,68 @@ fn the_demo_runs_every_example_and_exits_zero() {
     let summary: Value = serde_json::from_str(&text).expect("the demo's JSON summary");
     assert_eq!(summary["as_expected"], json!(true), "{summary}");
     let jobs = summary["jobs"].as_array().expect("jobs");
-    assert_eq!(jobs.len(), 6, "{summary}");
+    assert_eq!(jobs.len(), 9, "{summary}");
     for job in jobs {
         assert_eq!(job["status"], job["expected"], "{summary}");
     }
+    // The board farm ends as the demo says it must: the two alpha boards
+    // back IDLE after holding the board-farm jobs, the beta board FAILED
+    // by its prepare, never handed out.
+    let farm_jobs: Vec<&Value> = jobs
+        .iter()
+        .filter(|job| job["file"] == "board-farm.json")
+        .map(|job| &job["id"])
+        .collect();
+    assert_eq!(farm_jobs.len(), 3, "{summary}");
+    let workers = summary["workers"].as_array().expect("workers");
+    let states: Vec<(&str, &str)> = workers
+        .iter()
+        .map(|worker| {
+            (
+                worker["uuid"].as_str().expect("a uuid"),
+                worker["state"].as_str().expect("a state"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("board-a1", "IDLE"),
+            ("board-a2", "IDLE"),
+            ("board-b1", "FAILED")
+        ],
+        "{summary}"
+    );
+    let reason = workers[2]["fail_reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("prepare failed: "), "{summary}");
+    assert_eq!(workers[2]["jobs"], json!([]), "{summary}");
+    let held: Vec<&Value> = workers[..2]
+        .iter()
+        .flat_map(|worker| worker["jobs"].as_array().expect("jobs"))
+        .collect();
+    let mut held_ids: Vec<u64> = held.iter().filter_map(|id| id.as_u64()).collect();
+    held_ids.sort_unstable();
+    let mut farm_ids: Vec<u64> = farm_jobs.iter().filter_map(|id| id.as_u64()).collect();
+    farm_ids.sort_unstable();
+    assert_eq!(
+        held_ids, farm_ids,
+        "each board-farm job held an alpha board"
+    );
     // The tour itself goes to stderr beside --json: progress, the lock
-    // table (when a waiter was caught) and the summary.
+    // table (when a waiter was caught), a job caught waiting for the
+    // camera board another job holds, workers through PREPARE, the summary
+    // and the workers at the end.
     let tour = stderr(&output);
     for part in [
+        "registered the board farm of jobs/board-farm-workers.json",
         "submitting the example jobs",
         "progress",
+        "waits (queued) for a worker another job holds: board-a2 is held by job",
+        "worker board-a2 PREPARE  (job",
+        "gave it back: its prepare runs",
+        "worker board-b1 FAILED  (prepare failed: ",
         "summary:",
+        "the workers at the end",
         "stopped luxid and wconfd",
     ] {
         assert!(tour.contains(part), "{part}: {tour}");
@@ -817,9 +929,41 @@ fn workers_commands_register_list_let_in_and_hand_out_workers() {
     );
     let info = json_of(&root, &["info", &id.to_string()]);
     assert_eq!(info["status"], "queued", "{info}");
+    let waiting = stdout(&expect(&root, &["info", &id.to_string()], SUCCESS));
+    assert!(
+        waiting.contains("waiting for") && waiting.contains("arm64"),
+        "{waiting}"
+    );
     expect(&root, &["workers", "state", "b1", "idle"], SUCCESS);
     assert_eq!(cluster.wait_final(id), "success");
     assert_eq!(fs::read_to_string(&out).expect("ran").trim(), "b1");
+    // status counts the workers by state and lists them.
+    let status = json_of(&root, &["status"]);
+    assert_eq!(status["workers"]["states"]["IDLE"], 1, "{status}");
+    assert_eq!(status["workers"]["states"]["MAINTENANCE"], 1, "{status}");
+    assert_eq!(status["workers"]["states"]["FAILED"], 0, "{status}");
+    assert_eq!(status["workers"]["list"][0]["uuid"], "b1", "{status}");
+    let shown = stdout(&expect(&root, &["status"], SUCCESS));
+    assert!(
+        shown.contains("1 MAINTENANCE, 1 IDLE") && shown.contains("arch=x86"),
+        "{shown}"
+    );
+    // list and info name the worker the job ran on.
+    let info = json_of(&root, &["info", &id.to_string()]);
+    assert_eq!(info["workers"], json!(["b1"]), "{info}");
+    let shown = stdout(&expect(&root, &["info", &id.to_string()], SUCCESS));
+    assert!(shown.contains("workers   b1"), "{shown}");
+    let listed = json_of(&root, &["list"]);
+    assert_eq!(listed[0]["workers"], json!(["b1"]), "{listed}");
+    let table = stdout(&expect(&root, &["list"], SUCCESS));
+    assert!(
+        table
+            .lines()
+            .next()
+            .is_some_and(|header| header.contains("WORKERS"))
+            && table.contains(" b1 "),
+        "{table}"
+    );
     let worker = json_of(&root, &["workers", "info", "b1"]);
     assert_eq!(worker["history"][0]["job"], id);
     // Refusals are one line with the refused exit code.
@@ -838,4 +982,37 @@ fn workers_commands_register_list_let_in_and_hand_out_workers() {
     expect(&root, &["workers", "deregister", "b2"], SUCCESS);
     let text = stderr(&expect(&root, &["workers", "info", "b2"], REFUSED));
     assert!(text.contains("Worker not found"), "{text}");
+    // A registrations file: checked whole before anything is registered,
+    // then registered in order; a refusal names the worker and those
+    // registered before it.
+    let file = root.join("farm.json");
+    let path = file.to_str().expect("a UTF-8 path");
+    fs::write(&file, r#"[{"caps": {"UUID": "b3"}, "group": ["lab"]}]"#).expect("write");
+    let bad = expect(&root, &["workers", "register", "--file", path], USAGE);
+    assert!(
+        error_line(&bad).contains("worker 1 of the file: unknown field 'group'"),
+        "{}",
+        stderr(&bad)
+    );
+    fs::write(
+        &file,
+        r#"[{"caps": {"UUID": "b3"}, "groups": ["lab"], "prepare": ["true"]},
+            {"caps": {"arch": "x86"}}]"#,
+    )
+    .expect("write");
+    let refused = expect(&root, &["workers", "register", "--file", path], REFUSED);
+    let line = error_line(&refused);
+    assert!(
+        line.contains("worker 2 of the file") && line.contains("(registered: b3)"),
+        "{line}"
+    );
+    assert_eq!(
+        json_of(&root, &["workers", "info", "b3"])["prepare"],
+        json!(["true"])
+    );
+    let both = warden(
+        &root,
+        &["workers", "register", "--file", path, "--cap", "UUID=b4"],
+    );
+    assert_eq!(code(&both), USAGE, "{}", stderr(&both));
 }

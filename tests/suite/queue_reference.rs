@@ -96,6 +96,7 @@ pub fn new_job(id: JobId, priority: i64, depends: &[JobId]) -> Job {
         end_timestamp: None,
         livelock: None,
         process_id: None,
+        workers: Vec::new(),
     }
 }
 

@@ -56,6 +56,7 @@ fn write_job(root: &Path, id: u64, ops: &[Value]) {
         end_timestamp: None,
         livelock: None,
         process_id: None,
+        workers: Vec::new(),
     };
     write_job_file(root, &job);
 }

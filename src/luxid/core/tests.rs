@@ -33,6 +33,7 @@ fn job(id: JobId, priority: i64, depends: &[JobId]) -> Job {
         end_timestamp: None,
         livelock: None,
         process_id: None,
+        workers: Vec::new(),
     }
 }
 

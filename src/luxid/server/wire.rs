@@ -323,6 +323,7 @@ fn build_job(ops: &Value, id: JobId, submitter: Submitter) -> Result<Job, WireEr
         end_timestamp: None,
         livelock: None,
         process_id: None,
+        workers: Vec::new(),
     })
 }
 
