@@ -267,3 +267,46 @@ fn a_restart_of_both_daemons_keeps_the_registry_and_the_assignments() {
         .collect();
     assert_eq!(jobs, [json!(holder), json!(waiter)]);
 }
+
+#[test]
+fn a_submission_held_for_a_paused_wconfd_goes_on_when_it_resumes_and_luxid_answers_meanwhile() {
+    let cluster = Cluster::start();
+    let mut wconfd = cluster.wconfd_client();
+    register(&mut wconfd, "b1", json!({"arch": "arm64"}), Value::Null);
+    wconfd.ok("setWorkerState", json!(["b1", "IDLE", null]));
+    cluster.wconfd.pause();
+    // The submission waits for wconfd's checkWorkers answer...
+    let mut submitter = cluster.client();
+    submitter
+        .send(
+            "SubmitJob",
+            json!([[{"OP_ID": "OP_EXEC", "argv": ["/bin/true"], "workers": {"caps": {"arch": "arm64"}}}]]),
+        )
+        .expect("sent");
+    // ... and luxid's loop does not: other clients are answered at once.
+    let mut other = cluster.client();
+    for _ in 0..5 {
+        let asked = Instant::now();
+        let plain = other.ok(
+            "SubmitJob",
+            json!([[{"OP_ID": "OP_TEST_DELAY", "duration": 0}]]),
+        );
+        assert!(plain.is_u64(), "{plain}");
+        other.ok("QueryJobs", json!([[plain], ["status"]]));
+        assert!(
+            asked.elapsed() < Duration::from_secs(1),
+            "luxid took {:?} with a workers submission held",
+            asked.elapsed()
+        );
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    cluster.wconfd.resume();
+    let id = submitter
+        .read_response()
+        .expect("an answer")
+        .expect("accepted once wconfd answers");
+    let id = id.as_u64().expect("a job id");
+    assert_eq!(cluster.wait_final(id), "success");
+    let info = cluster.client().ok("QueryJobs", json!([[id], ["workers"]]));
+    assert_eq!(info[0][0], json!(["b1"]), "{info}");
+}
