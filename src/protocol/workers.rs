@@ -137,6 +137,7 @@ pub fn encode_saved_worker(worker: &Worker) -> Value {
     let object = value.as_object_mut().expect("an object");
     object.insert("held_since".to_owned(), json!(worker.held_since));
     object.insert("prepare_seq".to_owned(), json!(worker.prepare_seq));
+    object.insert("preparing".to_owned(), json!(worker.preparing));
     value
 }
 
@@ -161,6 +162,15 @@ pub fn decode_saved_worker(value: &Value) -> Result<Worker, String> {
     let prepare = match field("prepare")? {
         Value::Null => None,
         argv => Some(decode_strings(argv, "arguments").map_err(|what| format!("prepare {what}"))?),
+    };
+    // Absent in snapshots of before: a prepare under way then ran the
+    // worker's own argv.
+    let preparing = match value.get("preparing") {
+        None => (state == State::Prepare).then(|| prepare.clone()).flatten(),
+        Some(Value::Null) => None,
+        Some(argv) => {
+            Some(decode_strings(argv, "arguments").map_err(|what| format!("preparing {what}"))?)
+        }
     };
     let holder = match field("holder")? {
         Value::Null => None,
@@ -209,6 +219,7 @@ pub fn decode_saved_worker(value: &Value) -> Result<Worker, String> {
         prepare_seq: field("prepare_seq")?
             .as_u64()
             .ok_or("prepare_seq is not a number")?,
+        preparing,
         history,
     })
 }

@@ -46,9 +46,10 @@ const fn field(
     }
 }
 
-/// Every job field, in Ganeti's order (`Ganeti.Query.Job`), then
-/// warden's own.
-pub const JOB_FIELDS: [JobField; 17] = [
+/// Every job field, in Ganeti's order (`Ganeti.Query.Job`): exactly
+/// Ganeti's, so that `gnt-job list-fields` and `Query` clients see what
+/// they know (warden's `workers` is QueryJobs' alone).
+pub const JOB_FIELDS: [JobField; 16] = [
     field("id", "ID", FieldKind::Number, "Job ID"),
     field("status", "Status", FieldKind::Text, "Job status"),
     field(
@@ -129,12 +130,6 @@ pub const JOB_FIELDS: [JobField; 17] = [
         "End",
         FieldKind::Other,
         "Timestamp of job end (tuple containing seconds and microseconds)",
-    ),
-    field(
-        "workers",
-        "Workers",
-        FieldKind::Other,
-        "UUIDs of the workers the job was given (extension)",
     ),
 ];
 
@@ -409,8 +404,8 @@ pub fn luxi_query_fields(args: &[Value]) -> Result<Value, WireError> {
     Ok(wire::encode_field_defs(&field_defs(&fields)))
 }
 
-// The job model and this table must know the same fields.
-const _: () = assert!(FIELDS.len() == JOB_FIELDS.len());
+// The job model knows this table's fields and QueryJobs' `workers`.
+const _: () = assert!(FIELDS.len() == JOB_FIELDS.len() + 1);
 
 #[cfg(test)]
 mod tests {
@@ -605,10 +600,11 @@ mod tests {
         let mut sorted = all_names.clone();
         sorted.sort_unstable();
         assert_eq!(all_names, sorted);
-        assert_eq!(all.len(), FIELDS.len());
-        for name in FIELDS {
+        assert_eq!(all.len(), JOB_FIELDS.len());
+        for name in FIELDS.iter().filter(|name| **name != "workers") {
             assert!(job_field(name).is_some(), "{name} has a definition");
         }
+        assert!(job_field("workers").is_none(), "not Ganeti's");
         let named = field_defs(&names(&["status", "x"]));
         assert_eq!(named[0].title, "Status");
         assert_eq!(named[0].kind, FieldKind::Text);

@@ -662,6 +662,7 @@ fn encode_snapshot(saved: &SavedState, workers: &SavedRegistry, last_seq: u64) -
         "worker_waiters": waiters,
         "condemned_jobs": condemned,
         "draining_workers": draining,
+        "prepare_seq_high": workers.prepare_seq_high,
     });
     serde_json::to_vec(&document).expect("JSON to a Vec cannot fail")
 }
@@ -781,6 +782,10 @@ fn decode_snapshot(bytes: &[u8]) -> Result<(SavedState, SavedRegistry, u64), Str
             job.as_u64().ok_or_else(|| at("job is not a job id"))?,
         ));
     }
+    workers.prepare_seq_high = match document.get("prepare_seq_high") {
+        None => 0,
+        Some(high) => high.as_u64().ok_or("prepare_seq_high is not a number")?,
+    };
     Ok((saved, workers, last_seq))
 }
 

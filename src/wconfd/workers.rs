@@ -22,7 +22,7 @@ use crate::protocol::WireError;
 use crate::protocol::workers::{
     NoticeBatch, NoticeCursor, WorkerNotice, encode_batch, encode_worker, encode_worker_for_job,
 };
-use crate::workers::{Effect, Listing, Registry, State, Worker, WorkerChange};
+use crate::workers::{Effect, Listing, Registry, Worker, WorkerChange};
 
 /// The numbered notices of this wconfd run, and the one held watch.
 pub struct Outbox {
@@ -166,10 +166,7 @@ impl Outbox {
             });
         }
         for worker in registry.workers() {
-            if worker.state == State::Prepare
-                && registry.draining_for(&worker.uuid).is_none()
-                && let Some(argv) = &worker.prepare
-            {
+            if let Some(argv) = &worker.preparing {
                 notices.push(WorkerNotice::Prepare {
                     uuid: worker.uuid.clone(),
                     seq: worker.prepare_seq,

@@ -17,6 +17,8 @@
 mod list;
 mod matcher;
 #[cfg(test)]
+mod reference_tests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -107,8 +109,13 @@ pub struct Worker {
     /// When the state began.
     pub since: f64,
     /// Numbers the worker's prepares: a prepare's end counts only for the
-    /// one under way.
+    /// one under way. Never reused for a uuid, even across a
+    /// deregistration (see [`Registry::register`]).
     pub prepare_seq: u64,
+    /// The argv of the prepare under way (`prepare_seq`), if one runs: a
+    /// registration that changes or drops `prepare` does not change what
+    /// runs, nor that it must be canceled if a newer state wins.
+    pub preparing: Option<Vec<String>>,
     pub history: VecDeque<Holding>,
 }
 
@@ -321,6 +328,8 @@ pub struct SavedRegistry {
     pub condemned: Vec<(JobId, String)>,
     /// Workers taken from a condemned job that has not released yet.
     pub draining: Vec<(String, JobId)>,
+    /// The highest prepare number handed out.
+    pub prepare_seq_high: u64,
 }
 
 /// The registry.
@@ -337,6 +346,10 @@ pub struct Registry {
     /// that job's release before its prepare starts. Kept by uuid, so a
     /// worker deregistered and registered again waits too.
     draining: BTreeMap<String, JobId>,
+    /// The highest prepare number handed out: a worker registered anew
+    /// numbers its prepares after it, so (uuid, seq) never names two
+    /// prepares (luxid keeps prepare jobs by it).
+    prepare_seq_high: u64,
     /// Workers that became IDLE during the current call, to be matched.
     became_idle: Vec<String>,
     /// `[workers] quarantine_after` (0: off).
@@ -375,14 +388,23 @@ impl Registry {
                 .iter()
                 .map(|(uuid, job)| (uuid.clone(), *job))
                 .collect(),
+            prepare_seq_high: self.prepare_seq_high,
         }
     }
 
     /// The registry of a snapshot; an impossible one is refused, named.
     pub fn restore(saved: SavedRegistry, quarantine_after: usize) -> Result<Registry, String> {
         let mut registry = Registry::with_quarantine_after(quarantine_after);
+        registry.prepare_seq_high = saved.prepare_seq_high;
         for worker in saved.workers {
             let uuid = worker.uuid.clone();
+            registry.prepare_seq_high = registry.prepare_seq_high.max(worker.prepare_seq);
+            if worker.preparing.is_some() && worker.state != State::Prepare {
+                return Err(format!(
+                    "worker {uuid}: a prepare under way in {}",
+                    worker.state
+                ));
+            }
             if worker.caps.get(UUID_CAP) != Some(&uuid) {
                 return Err(format!("worker {uuid}: its caps do not hold its UUID"));
             }
@@ -429,6 +451,11 @@ impl Registry {
                 return Err(format!(
                     "worker {uuid} waits for job {job}, yet is held or IDLE"
                 ));
+            }
+            if let Some(worker) = registry.workers.get_mut(&uuid) {
+                // Its prepare has not started (older snapshots said so
+                // only by the draining entry).
+                worker.preparing = None;
             }
             registry.draining.insert(uuid, job);
         }
@@ -535,6 +562,8 @@ impl Registry {
     /// `registerWorker`: a new worker enters MAINTENANCE; a FAILED one
     /// registered again unchanged is prepared; a changed one goes to
     /// MAINTENANCE (BUSY first if held) with the new caps and address.
+    /// Jobs waiting for what it alone could fit before end. A new worker
+    /// numbers its prepares after every number handed out before.
     pub fn register(
         &mut self,
         caps: BTreeMap<String, String>,
@@ -571,13 +600,15 @@ impl Registry {
                     holder: None,
                     held_since: now,
                     since: now,
-                    prepare_seq: 0,
+                    prepare_seq: self.prepare_seq_high,
+                    preparing: None,
                     history: VecDeque::new(),
                 },
             );
             return Ok(effects);
         };
         let changed = worker.caps != caps || worker.address != address;
+        let was = worker.clone();
         let was_idle = worker.state == State::Idle;
         if changed {
             let state = if worker.holder.is_some() {
@@ -599,12 +630,15 @@ impl Registry {
             worker.caps = caps;
             worker.address = address;
         } else if was_idle {
-            // Its groups may have changed: filed and matched again.
+            // Its groups may have changed: filed and matched again, as
+            // `setWorkerGroups` does.
             self.matcher.add_idle(&self.workers[&uuid]);
             self.became_idle.push(uuid.clone());
+            effects.push(Effect::Idle { uuid: uuid.clone() });
         } else if worker.state == State::Failed {
             self.enter(&uuid, State::Prepare, now, &mut effects);
         }
+        self.end_impossible_waiters(&was, &mut effects);
         self.settle(now, &mut effects);
         Ok(effects)
     }
@@ -618,14 +652,21 @@ impl Registry {
         }
         let worker = self.workers.remove(uuid).expect("looked up above");
         let mut effects = Vec::new();
-        for job in self.matcher.jobs_fitting(&worker) {
+        self.end_impossible_waiters(&worker, &mut effects);
+        Ok(effects)
+    }
+
+    /// The jobs waiting for what `was` (a worker as it was before it went
+    /// or changed) could fit that no registered worker can fit any more
+    /// end (`NO_WORKER_MATCHES`).
+    fn end_impossible_waiters(&mut self, was: &Worker, effects: &mut Vec<Effect>) {
+        for job in self.matcher.jobs_fitting(was) {
             let request = &self.matcher.waiter(job).expect("just listed").request;
             if !self.could_ever_fit(request) {
                 self.matcher.remove_waiter(job);
-                self.condemn(job, NO_WORKER_MATCHES.to_owned(), &mut effects);
+                self.condemn(job, NO_WORKER_MATCHES.to_owned(), effects);
             }
         }
-        Ok(effects)
     }
 
     /// `setWorkerState`: to IDLE (through PREPARE) from MAINTENANCE, or to
@@ -693,7 +734,8 @@ impl Registry {
         Ok(effects)
     }
 
-    /// `setWorkerGroups`: an IDLE worker is matched again at once.
+    /// `setWorkerGroups`: an IDLE worker is matched again at once; jobs
+    /// waiting for what it alone could fit before end.
     pub fn set_groups(
         &mut self,
         uuid: &str,
@@ -704,6 +746,7 @@ impl Registry {
             return Err(WorkerError::TooManyGroups(groups.len()));
         }
         let worker = self.workers.get(uuid).ok_or(WorkerError::NotFound)?;
+        let was = worker.clone();
         let idle = worker.state == State::Idle;
         if idle {
             self.matcher.remove_idle(worker);
@@ -711,6 +754,7 @@ impl Registry {
         let worker = self.workers.get_mut(uuid).expect("looked up above");
         worker.groups = groups;
         let mut effects = Vec::new();
+        self.end_impossible_waiters(&was, &mut effects);
         if idle {
             self.matcher.add_idle(&self.workers[uuid]);
             self.became_idle.push(uuid.to_owned());
@@ -740,14 +784,17 @@ impl Registry {
                     && !self.draining.contains_key(uuid) => {}
             _ => return effects,
         }
+        if let Some(worker) = self.workers.get_mut(uuid) {
+            // It ended by itself: nothing to cancel.
+            worker.preparing = None;
+        }
         match outcome {
             Ok(()) => self.enter(uuid, State::Idle, now, &mut effects),
             Err(reason) => {
                 if let Some(worker) = self.workers.get_mut(uuid) {
                     worker.fail_reason = Some(format!("prepare failed: {reason}"));
                 }
-                // The prepare ended by itself: nothing to cancel.
-                self.enter_quietly(uuid, State::Failed, now, &mut effects);
+                self.enter(uuid, State::Failed, now, &mut effects);
             }
         }
         self.settle(now, &mut effects);
@@ -885,32 +932,36 @@ impl Registry {
         }
     }
 
-    /// Matches the workers that became IDLE during this call: each goes to
-    /// the first waiting job (by priority, then id) whose whole request can
-    /// be served, if any (Boruta's reaction to `OnWorkerIdle`).
+    /// Matches the workers that became IDLE during this call: the waiting
+    /// jobs they could serve, by priority then id, each given its best
+    /// fit whole if the IDLE workers have it (Boruta's reaction to
+    /// `OnWorkerIdle`).
     fn settle(&mut self, now: f64, effects: &mut Vec<Effect>) {
-        while let Some(uuid) = self.became_idle.pop() {
-            while let Some(worker) = self
+        // Only shapes some new IDLE worker fits can be served (nothing
+        // waited that the IDLE workers could serve before), and serving
+        // only takes workers: so the candidate shapes, by their first
+        // waiter, are served in (priority, job) order over them all, each
+        // first waiter its best fit at that moment, until none can be.
+        let mut candidates: BTreeMap<(i64, JobId), Request> = BTreeMap::new();
+        for uuid in std::mem::take(&mut self.became_idle) {
+            if let Some(worker) = self
                 .workers
                 .get(&uuid)
                 .filter(|worker| worker.state == State::Idle)
             {
-                let served = self
-                    .matcher
-                    .shapes_fitting(worker)
-                    .into_iter()
-                    .find_map(|(_, request)| self.best_fit(&request).map(|uuids| (request, uuids)));
-                let Some((request, uuids)) = served else {
-                    break;
-                };
-                let (_, job) = self
-                    .matcher
-                    .first_of_shape(&request)
-                    .expect("a fitting shape has waiters");
-                self.matcher.remove_waiter(job);
-                self.assign(job, &uuids, now)
-                    .expect("the best fit is of IDLE workers");
-                effects.push(Effect::Assigned { job, uuids });
+                candidates.extend(self.matcher.shapes_fitting(worker));
+            }
+        }
+        while let Some(((_, job), request)) = candidates.pop_first() {
+            let Some(uuids) = self.best_fit(&request) else {
+                continue;
+            };
+            self.matcher.remove_waiter(job);
+            self.assign(job, &uuids, now)
+                .expect("the best fit is of IDLE workers");
+            effects.push(Effect::Assigned { job, uuids });
+            if let Some(next) = self.matcher.first_of_shape(&request) {
+                candidates.insert(next, request);
             }
         }
     }
@@ -979,12 +1030,9 @@ impl Registry {
     /// Moves a worker into `state`, with what entering it asks for; a
     /// running prepare it leaves is canceled.
     fn enter(&mut self, uuid: &str, state: State, now: f64, effects: &mut Vec<Effect>) {
-        if let Some(worker) = self.workers.get(uuid)
-            && worker.state == State::Prepare
-            && state != State::Idle
+        if let Some(worker) = self.workers.get_mut(uuid)
             && state != State::Prepare
-            && worker.prepare.is_some()
-            && !self.draining.contains_key(uuid)
+            && worker.preparing.take().is_some()
         {
             effects.push(Effect::CancelPrepare {
                 uuid: uuid.to_owned(),
@@ -1011,7 +1059,9 @@ impl Registry {
             State::Prepare if self.draining.contains_key(uuid) => {}
             State::Prepare => match worker.prepare.clone() {
                 Some(argv) => {
-                    worker.prepare_seq += 1;
+                    self.prepare_seq_high += 1;
+                    worker.prepare_seq = self.prepare_seq_high;
+                    worker.preparing = Some(argv.clone());
                     effects.push(Effect::Prepare {
                         uuid: uuid.to_owned(),
                         seq: worker.prepare_seq,

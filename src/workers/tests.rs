@@ -362,16 +362,41 @@ fn a_newer_state_preempts_a_running_prepare() {
     assert_eq!(farm.registry.prepared("b1", 1, Ok(()), now), vec![]);
     assert_eq!(farm.state_of("b1"), State::Failed);
 
+    // Prepare numbers are the registry's: b2's first is 2.
     farm.register("b2", Some(&["/bin/reset"]));
     farm.state("b2", "IDLE", false).expect("to PREPARE");
     assert_eq!(
         farm.state("b2", "MAINTENANCE", false),
         Ok(vec![Effect::CancelPrepare {
             uuid: "b2".to_owned(),
-            seq: 1
+            seq: 2
         }])
     );
-    assert_eq!(farm.state_of("b2"), State::Maintenance);
+    // A registration that drops the argv does not forget the prepare
+    // under way: it is still canceled.
+    farm.state("b2", "IDLE", false).expect("to PREPARE");
+    farm.register("b2", None);
+    assert_eq!(
+        farm.fail("b2", "smoke"),
+        Ok(vec![
+            Effect::CancelPrepare {
+                uuid: "b2".to_owned(),
+                seq: 3
+            },
+            Effect::Failed {
+                uuid: "b2".to_owned()
+            }
+        ])
+    );
+    // Deregistered and registered anew, it never reuses a number.
+    farm.registry.deregister("b2").expect("deregistered");
+    farm.register("b2", Some(&["/bin/reset"]));
+    let effects = farm.state("b2", "IDLE", false).expect("to PREPARE");
+    assert!(
+        matches!(effects.as_slice(), [Effect::Prepare { seq: 4, .. }]),
+        "{effects:?}"
+    );
+    assert_eq!(farm.state_of("b2"), State::Prepare);
 }
 
 #[test]
@@ -382,8 +407,9 @@ fn registering_again() {
     farm.fail("b1", "smoke").expect("failed");
     assert_eq!(farm.register("b1", None), vec![idle("b1")]);
     assert_eq!(farm.state_of("b1"), State::Idle);
-    // Nothing changed: unchanged.
-    assert_eq!(farm.register("b1", None), vec![]);
+    // Nothing changed: unchanged, matched again (its groups may differ)
+    // and told as `setWorkerGroups` tells it.
+    assert_eq!(farm.register("b1", None), vec![idle("b1")]);
     assert_eq!(farm.state_of("b1"), State::Idle);
     // Other caps: MAINTENANCE, caps updated.
     let now = farm.tick();
