@@ -942,17 +942,30 @@ impl Registry {
         // only takes workers: so the candidate shapes, by their first
         // waiter, are served in (priority, job) order over them all, each
         // first waiter its best fit at that moment, until none can be.
+        // Once none of the new IDLE workers is left, the IDLE workers are
+        // some of those before: nothing more can be served.
         let mut candidates: BTreeMap<(i64, JobId), Request> = BTreeMap::new();
-        for uuid in std::mem::take(&mut self.became_idle) {
+        let fresh = std::mem::take(&mut self.became_idle);
+        for uuid in &fresh {
             if let Some(worker) = self
                 .workers
-                .get(&uuid)
+                .get(uuid)
                 .filter(|worker| worker.state == State::Idle)
             {
                 candidates.extend(self.matcher.shapes_fitting(worker));
             }
         }
-        while let Some(((_, job), request)) = candidates.pop_first() {
+        let any_fresh_idle = |registry: &Registry| {
+            fresh.iter().any(|uuid| {
+                registry
+                    .workers
+                    .get(uuid)
+                    .is_some_and(|worker| worker.state == State::Idle)
+            })
+        };
+        while any_fresh_idle(self)
+            && let Some(((_, job), request)) = candidates.pop_first()
+        {
             let Some(uuids) = self.best_fit(&request) else {
                 continue;
             };
