@@ -22,6 +22,7 @@ pub mod cli;
 pub mod client;
 pub mod connection;
 pub mod daemon;
+pub mod events;
 pub mod jobs;
 pub mod limits;
 pub mod liveness;

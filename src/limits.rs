@@ -358,3 +358,11 @@ pub const TORTURE_OWNER_READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// After the chaos: how long every acknowledged job may take to end.
 pub const TORTURE_SETTLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Events one segment file of an event sequence holds before the next
+/// begins (retention removes whole segments).
+pub const EVENTS_SEGMENT_EVENTS: u64 = 65_536;
+
+/// Bytes read from a segment's head or tail to find its first or last
+/// event (an event line is far shorter).
+pub const EVENTS_TAIL_BYTES: usize = 64 * 1024;

@@ -1,0 +1,464 @@
+//! [`EventLog`]: the segment files, the events in memory, reading and
+//! retention.
+
+use std::collections::VecDeque;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use super::Event;
+use crate::jobs::Timestamp;
+use crate::limits::{EVENTS_SEGMENT_EVENTS, EVENTS_TAIL_BYTES};
+
+/// What is kept: at least the last `events`, and at least everything of
+/// the last `age_secs` seconds; whole segments go once both allow it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kept {
+    pub events: u64,
+    pub age_secs: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EventsError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{}: {what}", path.display())]
+    Damaged { path: PathBuf, what: String },
+    /// The position is older than what is kept: the first kept event.
+    #[error("events before {first_retained} are no longer kept")]
+    Expired { first_retained: u64 },
+    /// The position is past the last event.
+    #[error("event {since} does not exist yet (the last is {last})")]
+    Future { since: u64, last: u64 },
+}
+
+fn io_error(path: &Path) -> impl FnOnce(io::Error) -> EventsError + '_ {
+    move |source| EventsError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// One segment file: events `first..=last` (`last` < `first` while it is
+/// empty).
+#[derive(Debug)]
+struct Segment {
+    first: u64,
+    last: u64,
+    path: PathBuf,
+}
+
+impl Segment {
+    fn count(&self) -> u64 {
+        (self.last + 1).saturating_sub(self.first)
+    }
+}
+
+fn segment_name(first: u64) -> String {
+    format!("{first:020}.events")
+}
+
+fn parse_segment_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".events")?;
+    (digits.len() == 20 && digits.bytes().all(|byte| byte.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// A daemon's event sequence.
+#[derive(Debug)]
+pub struct EventLog {
+    dir: PathBuf,
+    kept: Kept,
+    /// Oldest first; the last one is appended to.
+    segments: Vec<Segment>,
+    /// The last segment, open for appending.
+    file: Option<File>,
+    /// A segment was created since the last [`EventLog::sync`]: the
+    /// directory needs a sync too.
+    dir_dirty: bool,
+    /// The newest events, at most `memory_max`, oldest first.
+    memory: VecDeque<Event>,
+    memory_max: usize,
+    /// Lines appended but not yet written, with their seq.
+    pending: Vec<(u64, Vec<u8>)>,
+    last_seq: u64,
+    /// Events a segment holds before the next begins.
+    segment_events: u64,
+}
+
+impl EventLog {
+    /// Opens (or creates) the sequence in `dir`. A torn last line of the
+    /// last segment (a write cut short) is cut off; any other damage, or a
+    /// gap between segments, is an error naming the file.
+    pub fn open(dir: &Path, kept: Kept, memory_max: usize) -> Result<EventLog, EventsError> {
+        fs::create_dir_all(dir).map_err(io_error(dir))?;
+        let mut firsts = Vec::new();
+        for entry in fs::read_dir(dir).map_err(io_error(dir))? {
+            let entry = entry.map_err(io_error(dir))?;
+            let name = entry.file_name();
+            if let Some(first) = name.to_str().and_then(parse_segment_name) {
+                firsts.push(first);
+            }
+        }
+        firsts.sort_unstable();
+        let mut log = EventLog {
+            dir: dir.to_owned(),
+            kept,
+            segments: Vec::new(),
+            file: None,
+            dir_dirty: false,
+            memory: VecDeque::new(),
+            memory_max: memory_max.max(1),
+            pending: Vec::new(),
+            last_seq: 0,
+            segment_events: EVENTS_SEGMENT_EVENTS,
+        };
+        for (index, first) in firsts.iter().enumerate() {
+            let path = dir.join(segment_name(*first));
+            let last = match firsts.get(index + 1) {
+                Some(next) => {
+                    if next <= first {
+                        return Err(EventsError::Damaged {
+                            path,
+                            what: "segments overlap".to_owned(),
+                        });
+                    }
+                    check_first_line(&path, *first)?;
+                    let last = last_event(&path)?.seq;
+                    if last + 1 != *next {
+                        return Err(EventsError::Damaged {
+                            path,
+                            what: format!(
+                                "a gap: it ends at event {last}, and {} begins at {next}",
+                                segment_name(*next)
+                            ),
+                        });
+                    }
+                    last
+                }
+                None => log.load_last_segment(&path, *first)?,
+            };
+            if index > 0 && log.last_seq + 1 != *first {
+                return Err(EventsError::Damaged {
+                    path,
+                    what: format!("a gap: the segment before ends at {}", log.last_seq),
+                });
+            }
+            log.last_seq = last;
+            log.segments.push(Segment {
+                first: *first,
+                last,
+                path,
+            });
+        }
+        if let Some(segment) = log.segments.last() {
+            let file = OpenOptions::new()
+                .append(true)
+                .open(&segment.path)
+                .map_err(io_error(&segment.path))?;
+            log.file = Some(file);
+        }
+        Ok(log)
+    }
+
+    /// Reads the last segment whole: its events into memory, a torn last
+    /// line cut off; its last seq.
+    fn load_last_segment(&mut self, path: &Path, first: u64) -> Result<u64, EventsError> {
+        let bytes = fs::read(path).map_err(io_error(path))?;
+        let mut expected = first;
+        let mut good_len = 0;
+        let mut rest = &bytes[..];
+        while !rest.is_empty() {
+            let Some(end) = rest.iter().position(|byte| *byte == b'\n') else {
+                break; // no newline: torn
+            };
+            let line = &rest[..end];
+            let event = match Event::decode(line) {
+                Ok(event) => event,
+                // A bad last line is a torn write; a bad line before good
+                // ones is damage.
+                Err(_) if end + 1 == rest.len() => break,
+                Err(what) => {
+                    return Err(EventsError::Damaged {
+                        path: path.to_owned(),
+                        what: format!("event {expected}: {what}"),
+                    });
+                }
+            };
+            if event.seq != expected {
+                return Err(EventsError::Damaged {
+                    path: path.to_owned(),
+                    what: format!("event {} where {expected} was due", event.seq),
+                });
+            }
+            self.remember(event);
+            expected += 1;
+            good_len += end + 1;
+            rest = &rest[end + 1..];
+        }
+        if good_len < bytes.len() {
+            let file = OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(io_error(path))?;
+            file.set_len(good_len as u64).map_err(io_error(path))?;
+            file.sync_data().map_err(io_error(path))?;
+            tracing::warn!(
+                path = %path.display(),
+                cut = bytes.len() - good_len,
+                "cut a torn last event off"
+            );
+        }
+        Ok(expected - 1)
+    }
+
+    fn remember(&mut self, event: Event) {
+        if self.memory.len() == self.memory_max {
+            self.memory.pop_front();
+        }
+        self.memory.push_back(event);
+    }
+
+    /// Segments of `events` events (tests: small ones).
+    #[cfg(test)]
+    fn with_segments_of(mut self, events: u64) -> EventLog {
+        self.segment_events = events;
+        self
+    }
+
+    /// The last event's seq (0 before the first).
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    /// The first event kept (one past the last while none is).
+    pub fn first_retained(&self) -> u64 {
+        self.segments
+            .first()
+            .map_or(self.last_seq + 1, |segment| segment.first)
+    }
+
+    /// Appends an event (written by the next [`EventLog::write_pending`]);
+    /// its seq.
+    pub fn append(&mut self, kind: &str, fields: Map<String, Value>, ts: Timestamp) -> u64 {
+        self.last_seq += 1;
+        let event = Event {
+            seq: self.last_seq,
+            ts,
+            kind: kind.to_owned(),
+            fields,
+        };
+        self.pending.push((event.seq, event.encode()));
+        self.remember(event);
+        self.last_seq
+    }
+
+    /// Whether appended events wait to be written.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Writes the appended events, starting a new segment where the
+    /// current one is full. Visible to a reader of the files, and safe
+    /// from a kill of the process, once this returns; [`EventLog::sync`]
+    /// makes them safe from a crash of the machine.
+    pub fn write_pending(&mut self) -> Result<(), EventsError> {
+        let pending = std::mem::take(&mut self.pending);
+        let mut batch: Vec<u8> = Vec::new();
+        for (seq, line) in pending {
+            let full = self
+                .segments
+                .last()
+                .is_none_or(|segment| segment.count() >= self.segment_events);
+            if full {
+                self.write_batch(&mut batch)?;
+                self.start_segment(seq)?;
+            }
+            batch.extend_from_slice(&line);
+            if let Some(segment) = self.segments.last_mut() {
+                segment.last = seq;
+            }
+        }
+        self.write_batch(&mut batch)
+    }
+
+    fn write_batch(&mut self, batch: &mut Vec<u8>) -> Result<(), EventsError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let (Some(file), Some(segment)) = (self.file.as_mut(), self.segments.last()) else {
+            unreachable!("a segment is started before its first line");
+        };
+        file.write_all(batch).map_err(io_error(&segment.path))?;
+        batch.clear();
+        Ok(())
+    }
+
+    fn start_segment(&mut self, first: u64) -> Result<(), EventsError> {
+        if let (Some(file), Some(segment)) = (&self.file, self.segments.last()) {
+            // The full one is synced before the next begins.
+            file.sync_data().map_err(io_error(&segment.path))?;
+        }
+        let path = self.dir.join(segment_name(first));
+        let file = OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(&path)
+            .map_err(io_error(&path))?;
+        self.file = Some(file);
+        self.dir_dirty = true;
+        self.segments.push(Segment {
+            first,
+            last: first - 1,
+            path,
+        });
+        Ok(())
+    }
+
+    /// Syncs what was written (and the directory after a new segment).
+    pub fn sync(&mut self) -> Result<(), EventsError> {
+        if let (Some(file), Some(segment)) = (&self.file, self.segments.last()) {
+            file.sync_data().map_err(io_error(&segment.path))?;
+        }
+        if self.dir_dirty {
+            File::open(&self.dir)
+                .and_then(|dir| dir.sync_all())
+                .map_err(io_error(&self.dir))?;
+            self.dir_dirty = false;
+        }
+        Ok(())
+    }
+
+    /// Up to `max` events after `since` whose type starts with one of
+    /// `types` (none: all), and the position to ask from next (the last
+    /// event looked at, taken or not). `None`: from now on.
+    pub fn read_after(
+        &self,
+        since: Option<u64>,
+        types: Option<&[String]>,
+        max: usize,
+    ) -> Result<(Vec<Event>, u64), EventsError> {
+        let Some(since) = since else {
+            return Ok((Vec::new(), self.last_seq));
+        };
+        if since > self.last_seq {
+            return Err(EventsError::Future {
+                since,
+                last: self.last_seq,
+            });
+        }
+        let first_retained = self.first_retained();
+        if since + 1 < first_retained {
+            return Err(EventsError::Expired { first_retained });
+        }
+        let mut found = Vec::new();
+        let mut next = since;
+        let in_memory = self
+            .memory
+            .front()
+            .is_some_and(|oldest| oldest.seq <= since + 1);
+        if in_memory || since == self.last_seq {
+            for event in self.memory.iter().filter(|event| event.seq > since) {
+                if found.len() == max {
+                    break;
+                }
+                next = event.seq;
+                if event.is_of(types) {
+                    found.push(event.clone());
+                }
+            }
+            return Ok((found, next));
+        }
+        for segment in self.segments.iter().filter(|segment| segment.last > since) {
+            let bytes = fs::read(&segment.path).map_err(io_error(&segment.path))?;
+            for line in bytes.split(|byte| *byte == b'\n') {
+                if line.is_empty() {
+                    continue;
+                }
+                let event = Event::decode(line).map_err(|what| EventsError::Damaged {
+                    path: segment.path.clone(),
+                    what,
+                })?;
+                if event.seq <= since {
+                    continue;
+                }
+                if found.len() == max || event.seq > segment.last {
+                    return Ok((found, next));
+                }
+                next = event.seq;
+                if event.is_of(types) {
+                    found.push(event);
+                }
+            }
+        }
+        Ok((found, next))
+    }
+
+    /// Removes the oldest segments that nothing kept needs any more
+    /// (never the one appended to); the number removed.
+    pub fn trim(&mut self, now_secs: u64) -> Result<usize, EventsError> {
+        let mut removed = 0;
+        while self.segments.len() > 1 {
+            let oldest = &self.segments[0];
+            let after = self.last_seq - oldest.last;
+            if after < self.kept.events {
+                break;
+            }
+            let last_secs = last_event(&oldest.path)?.ts.0;
+            if last_secs + self.kept.age_secs > now_secs {
+                break;
+            }
+            fs::remove_file(&oldest.path).map_err(io_error(&oldest.path))?;
+            self.segments.remove(0);
+            self.dir_dirty = true;
+            removed += 1;
+        }
+        Ok(removed)
+    }
+}
+
+/// A segment's first line names the seq its file name says.
+fn check_first_line(path: &Path, first: u64) -> Result<(), EventsError> {
+    let mut file = File::open(path).map_err(io_error(path))?;
+    let mut head = vec![0u8; EVENTS_TAIL_BYTES];
+    let read = file.read(&mut head).map_err(io_error(path))?;
+    let line = head[..read]
+        .split(|byte| *byte == b'\n')
+        .next()
+        .unwrap_or_default();
+    match Event::decode(line) {
+        Ok(event) if event.seq == first => Ok(()),
+        Ok(event) => Err(EventsError::Damaged {
+            path: path.to_owned(),
+            what: format!("begins with event {} where {first} was due", event.seq),
+        }),
+        Err(what) => Err(EventsError::Damaged {
+            path: path.to_owned(),
+            what: format!("its first event: {what}"),
+        }),
+    }
+}
+
+/// A full segment's last event (from its file's tail).
+fn last_event(path: &Path) -> Result<Event, EventsError> {
+    let mut file = File::open(path).map_err(io_error(path))?;
+    let len = file.metadata().map_err(io_error(path))?.len();
+    let from = len.saturating_sub(EVENTS_TAIL_BYTES as u64);
+    file.seek(SeekFrom::Start(from)).map_err(io_error(path))?;
+    let mut tail = Vec::new();
+    file.read_to_end(&mut tail).map_err(io_error(path))?;
+    let line = tail
+        .split(|byte| *byte == b'\n')
+        .rfind(|line| !line.is_empty())
+        .unwrap_or_default();
+    Event::decode(line).map_err(|what| EventsError::Damaged {
+        path: path.to_owned(),
+        what: format!("its last event: {what}"),
+    })
+}
+
+#[cfg(test)]
+mod tests;
