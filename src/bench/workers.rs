@@ -340,43 +340,74 @@ fn unix_now() -> f64 {
         .map_or(0.0, |elapsed| elapsed.as_secs_f64())
 }
 
+/// Both daemons on a new root, worker `b1` registered (MAINTENANCE).
+struct Farm {
+    root: std::path::PathBuf,
+    wconfd: Daemon,
+    wconfd_client: Client,
+    luxid: Daemon,
+    luxid_client: Client,
+}
+
+impl Farm {
+    fn start(exe: &std::path::Path, workspace: &Workspace) -> super::Result<Farm> {
+        let root = workspace.next_run_dir();
+        std::fs::create_dir_all(&root).context(|| "cannot create the root".to_owned())?;
+        let mut wconfd = daemon(exe, "wconfd", &root);
+        let mut wconfd_client = wconfd.spawn()?;
+        let mut luxid = daemon(exe, "luxid", &root);
+        let luxid_client = luxid.spawn()?;
+        result_of("wconfd", wconfd_client.call(&register_frame("b1"))?)?;
+        Ok(Farm {
+            root,
+            wconfd,
+            wconfd_client,
+            luxid,
+            luxid_client,
+        })
+    }
+
+    fn stop(mut self) -> super::Result<()> {
+        self.luxid.stop()?;
+        self.wconfd.stop()
+    }
+}
+
+/// `SubmitJob` of `ops`: the job's id.
+fn submit(luxid: &mut Client, ops: Value) -> super::Result<u64> {
+    let id = result_of(
+        "luxid",
+        luxid.call(&frame(&LuxiRequest::SubmitJob { ops }.encode()))?,
+    )?;
+    id.as_u64()
+        .ok_or_else(|| super::Error(format!("SubmitJob answered {id}")))
+}
+
 fn start(
     exe: &std::path::Path,
     workspace: &Workspace,
     sizes: &Sizes,
 ) -> super::Result<Vec<Measure>> {
-    let root = workspace.next_run_dir();
-    std::fs::create_dir_all(&root).context(|| "cannot create the root".to_owned())?;
-    let mut wconfd = daemon(exe, "wconfd", &root);
-    let mut wconfd_client = wconfd.spawn()?;
-    let mut luxid = daemon(exe, "luxid", &root);
-    let mut luxid_client = luxid.spawn()?;
-    result_of("wconfd", wconfd_client.call(&register_frame("b1"))?)?;
+    let mut farm = Farm::start(exe, workspace)?;
+    let (wconfd_client, luxid_client) = (&mut farm.wconfd_client, &mut farm.luxid_client);
     let mut delays = Vec::new();
     for round in 0..sizes.starts {
         let ops = json!([{"OP_ID": "OP_EXEC", "argv": ["/bin/true"], "workers": {}}]);
-        let id = result_of(
-            "luxid",
-            luxid_client.call(&frame(&LuxiRequest::SubmitJob { ops }.encode()))?,
-        )?;
-        let id = id
-            .as_u64()
-            .ok_or_else(|| super::Error(format!("SubmitJob answered {id}")))?;
+        let id = submit(luxid_client, ops)?;
         // Queued while the worker is out; let in, it starts.
         thread::sleep(Duration::from_millis(20));
         let let_in = unix_now();
         result_of("wconfd", wconfd_client.call(&state_frame("b1", "IDLE"))?)?;
-        let started = wait_for_start(&mut luxid_client, id)?;
+        let started = wait_for_start(luxid_client, id)?;
         delays.push(started - let_in);
-        wait_final(&mut luxid_client, id)?;
+        wait_final(luxid_client, id)?;
         result_of(
             "wconfd",
             wconfd_client.call(&state_frame("b1", "MAINTENANCE"))?,
         )
         .context(|| format!("round {round}"))?;
     }
-    luxid.stop()?;
-    wconfd.stop()?;
+    farm.stop()?;
     delays.sort_by(f64::total_cmp);
     Ok(vec![
         Measure::new(
@@ -398,13 +429,8 @@ fn release(
     workspace: &Workspace,
     sizes: &Sizes,
 ) -> super::Result<Vec<Measure>> {
-    let root = workspace.next_run_dir();
-    std::fs::create_dir_all(&root).context(|| "cannot create the root".to_owned())?;
-    let mut wconfd = daemon(exe, "wconfd", &root);
-    let mut wconfd_client = wconfd.spawn()?;
-    let mut luxid = daemon(exe, "luxid", &root);
-    let mut luxid_client = luxid.spawn()?;
-    result_of("wconfd", wconfd_client.call(&register_frame("b1"))?)?;
+    let mut farm = Farm::start(exe, workspace)?;
+    let (wconfd_client, luxid_client) = (&mut farm.wconfd_client, &mut farm.luxid_client);
     result_of("wconfd", wconfd_client.call(&state_frame("b1", "IDLE"))?)?;
     let info = frame(
         &WconfdRequest::GetWorkerInfo {
@@ -415,19 +441,13 @@ fn release(
     let mut delays = Vec::new();
     for round in 0..sizes.kills {
         // The program names its runner (its parent) and keeps running.
-        let pid_file = root.join(format!("runner-{round}.pid"));
+        let pid_file = farm.root.join(format!("runner-{round}.pid"));
         let script = format!(
             "echo $PPID > {}.tmp && mv {0}.tmp {0} && exec sleep 60",
             pid_file.display()
         );
         let ops = json!([{"OP_ID": "OP_EXEC", "argv": ["/bin/sh", "-c", script], "workers": {}}]);
-        let id = result_of(
-            "luxid",
-            luxid_client.call(&frame(&LuxiRequest::SubmitJob { ops }.encode()))?,
-        )?;
-        let id = id
-            .as_u64()
-            .ok_or_else(|| super::Error(format!("SubmitJob answered {id}")))?;
+        let id = submit(luxid_client, ops)?;
         let deadline = Instant::now() + Duration::from_secs(10);
         let runner: i32 = loop {
             if let Some(pid) = std::fs::read_to_string(&pid_file)
@@ -460,10 +480,9 @@ fn release(
             thread::sleep(Duration::from_micros(200));
         }
         delays.push(killed.elapsed().as_secs_f64());
-        wait_final(&mut luxid_client, id)?;
+        wait_final(luxid_client, id)?;
     }
-    luxid.stop()?;
-    wconfd.stop()?;
+    farm.stop()?;
     delays.sort_by(f64::total_cmp);
     Ok(vec![
         Measure::new(

@@ -328,16 +328,7 @@ pub fn list(root: &Path, output: &Output, statuses: &[String], archived: bool) -
     }
     let now = now_secs();
     // The WORKERS column only where some job holds workers.
-    let workers_of = |job: &Map<String, Value>| -> String {
-        let uuids: Vec<&str> = job
-            .get("workers")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
-        uuids.join(",")
-    };
+    let workers_of = |job: &Map<String, Value>| given_workers(job).join(",");
     let with_workers = jobs.iter().any(|job| !workers_of(job).is_empty());
     let rows: Vec<Vec<Cell>> = jobs
         .iter()
@@ -484,16 +475,20 @@ pub fn info(root: &Path, output: &Output, id: u64) -> CliResult {
     Ok(())
 }
 
-/// What `info` says of a job's workers: those it was given, or what it
-/// asks for while it waits; None for a job that asked for none.
-fn workers_line(job: &Map<String, Value>) -> Option<String> {
-    let given: Vec<&str> = job
-        .get("workers")
+/// The uuids of the workers a job was given (its `workers` field).
+fn given_workers(job: &Map<String, Value>) -> Vec<&str> {
+    job.get("workers")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
         .filter_map(Value::as_str)
-        .collect();
+        .collect()
+}
+
+/// What `info` says of a job's workers: those it was given, or what it
+/// asks for while it waits; None for a job that asked for none.
+fn workers_line(job: &Map<String, Value>) -> Option<String> {
+    let given = given_workers(job);
     if !given.is_empty() {
         return Some(format!("workers   {}", given.join(", ")));
     }

@@ -19,11 +19,11 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::client::{Client, ClientError, Daemon};
+use crate::client::{ClientError, Daemon};
 
 use super::processes::OwnerProcess;
 use super::rng::Rng;
-use super::{Backoff, Shared};
+use super::{Connection, Shared};
 
 /// The cluster name of write `n`.
 fn cluster_name(n: u64) -> String {
@@ -95,8 +95,7 @@ pub fn run(shared: &Shared) {
     let mut client = ConfigClient {
         shared,
         rng: Rng::stream(shared.seed, 3000),
-        connection: None,
-        backoff: Backoff::new(),
+        connection: Connection::new(Daemon::Wconfd),
         writes: 0,
     };
     while !shared.stopping() {
@@ -108,8 +107,7 @@ pub fn run(shared: &Shared) {
 struct ConfigClient<'a> {
     shared: &'a Shared,
     rng: Rng,
-    connection: Option<Client>,
-    backoff: Backoff,
+    connection: Connection,
     /// Writes sent so far (the next is named for one more).
     writes: u64,
 }
@@ -127,19 +125,9 @@ impl ConfigClient<'_> {
     /// Sends `request` with the gate held shared, reconnecting first if
     /// needed; `Lost` if wconfd cannot be reached or the answer is lost.
     fn call(&mut self, request: WconfdRequest) -> Called {
-        if self.connection.is_none() {
-            match Client::connect(&self.shared.root, Daemon::Wconfd, 1 << 24) {
-                Ok(client) => {
-                    self.backoff.reset();
-                    self.connection = Some(client);
-                }
-                Err(_) => {
-                    self.backoff.wait(&self.shared.stop_clients);
-                    return Called::Lost;
-                }
-            }
-        }
-        let client = self.connection.as_mut().expect("connected above");
+        let Some(client) = self.connection.get(self.shared) else {
+            return Called::Lost;
+        };
         match client.wconfd(&request) {
             Ok(answer) => Called::Answer(answer),
             Err(ClientError::Failed { class, args, .. }) => {
@@ -151,7 +139,7 @@ impl ConfigClient<'_> {
                 Called::Failed
             }
             Err(_) => {
-                self.connection = None;
+                self.connection.lose();
                 Called::Lost
             }
         }

@@ -305,6 +305,48 @@ impl Default for Backoff {
     }
 }
 
+/// A client's connection to a daemon, made again after a loss, with a
+/// [`Backoff`] between attempts.
+pub struct Connection {
+    daemon: crate::client::Daemon,
+    client: Option<crate::client::Client>,
+    backoff: Backoff,
+}
+
+impl Connection {
+    pub fn new(daemon: crate::client::Daemon) -> Connection {
+        Connection {
+            daemon,
+            client: None,
+            backoff: Backoff::new(),
+        }
+    }
+
+    /// The connected client, connecting first if needed; None (after a
+    /// pause) if the daemon cannot be reached now.
+    pub fn get(&mut self, shared: &Shared) -> Option<&mut crate::client::Client> {
+        if self.client.is_none() {
+            match crate::client::Client::connect(&shared.root, self.daemon, 1 << 24) {
+                Ok(client) => {
+                    self.backoff.reset();
+                    self.client = Some(client);
+                }
+                Err(_) => {
+                    self.backoff.wait(&shared.stop_clients);
+                    return None;
+                }
+            }
+        }
+        self.client.as_mut()
+    }
+
+    /// The connection was lost: the next [`Connection::get`] makes a new
+    /// one.
+    pub fn lose(&mut self) {
+        self.client = None;
+    }
+}
+
 /// The outcome of a run.
 pub struct Outcome {
     pub root: PathBuf,

@@ -34,7 +34,7 @@ use crate::protocol::wconfd::WconfdRequest;
 use crate::workers::{Filter, Page, Sort};
 
 use super::rng::Rng;
-use super::{Backoff, Shared};
+use super::{Connection, Shared};
 
 /// Where the programs' records go, under the root.
 pub const RECORDS_DIR: &str = "worker-records";
@@ -394,8 +394,7 @@ pub fn run(shared: &Shared) {
         shared,
         records,
         rng: Rng::stream(shared.seed, 4000),
-        connection: None,
-        backoff: Backoff::new(),
+        connection: Connection::new(Daemon::Wconfd),
         fails: 0,
     };
     client.register_farm();
@@ -410,8 +409,7 @@ struct WorkerClient<'a> {
     shared: &'a Shared,
     records: PathBuf,
     rng: Rng,
-    connection: Option<Client>,
-    backoff: Backoff,
+    connection: Connection,
     fails: u64,
 }
 
@@ -433,19 +431,9 @@ impl WorkerClient<'_> {
     }
 
     fn call(&mut self, request: &WconfdRequest) -> Called {
-        if self.connection.is_none() {
-            match Client::connect(&self.shared.root, Daemon::Wconfd, 1 << 24) {
-                Ok(client) => {
-                    self.backoff.reset();
-                    self.connection = Some(client);
-                }
-                Err(_) => {
-                    self.backoff.wait(&self.shared.stop_clients);
-                    return Called::Lost;
-                }
-            }
-        }
-        let client = self.connection.as_mut().expect("connected above");
+        let Some(client) = self.connection.get(self.shared) else {
+            return Called::Lost;
+        };
         match client.wconfd(request) {
             Ok(answer) => Called::Answer(answer),
             Err(ClientError::Failed { args, .. }) => {
@@ -457,7 +445,7 @@ impl WorkerClient<'_> {
                 Called::Refused(text)
             }
             Err(_) => {
-                self.connection = None;
+                self.connection.lose();
                 Called::Lost
             }
         }
