@@ -421,6 +421,11 @@ impl QueueCore {
                 let reply = match result {
                     Ok(()) => {
                         self.signal(id, RunnerSignal::Priority, effects);
+                        if !self.runners.contains_key(&id) {
+                            // The runner was done before the request file
+                            // was written: nobody will read or remove it.
+                            effects.push(Effect::RemovePriorityRequest { id });
+                        }
                         Ok(Answer::Outcome(
                             true,
                             format!(

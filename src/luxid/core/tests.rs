@@ -463,6 +463,34 @@ fn a_priority_change_reorders_the_queue_or_asks_the_runner() {
 }
 
 #[test]
+fn a_priority_request_written_after_its_runner_was_done_is_removed() {
+    let mut driver = Driver::new(1);
+    driver.submit(vec![job(1, 0, &[])]);
+    let asked = driver.request(Command::ChangePriority { id: 1, priority: 5 });
+    assert!(matches!(
+        asked[..],
+        [Effect::Do {
+            action: Action::WritePriorityRequest { id: 1, priority: 5 },
+            ..
+        }]
+    ));
+    // The job ends and its runner exits while the file is being written.
+    let finished = with_status(running(job(1, 0, &[]), 101), Status::Success);
+    driver.feed(Input::JobFileChanged { job: finished });
+    let done = driver.feed(Input::RunnerExited {
+        id: 1,
+        cause: None,
+        livelock_held: false,
+    });
+    assert!(done.contains(&Effect::RemovePriorityRequest { id: 1 }));
+    let effects = driver.do_ok(&asked);
+    assert!(
+        effects.contains(&Effect::RemovePriorityRequest { id: 1 }),
+        "the file written after the runner was done goes too: {effects:?}"
+    );
+}
+
+#[test]
 fn archiving_moves_finished_jobs_only_and_auto_archiving_stops_in_time() {
     let mut driver = Driver::new(3);
     driver.submit(vec![job(1, 0, &[]), job(2, 0, &[]), job(3, 0, &[])]);
