@@ -373,6 +373,24 @@ impl Farm {
     }
 }
 
+/// The p50 (against `p50_max`) and the max of `delays` (seconds).
+fn p50_and_max(what: &str, mut delays: Vec<f64>, p50_max: f64) -> Vec<Measure> {
+    delays.sort_by(f64::total_cmp);
+    vec![
+        Measure::new(
+            format!("{what}, p50"),
+            Unit::Seconds,
+            percentile(&delays, 0.5),
+        )
+        .with_target(Target::Below(p50_max)),
+        Measure::new(
+            format!("{what}, max"),
+            Unit::Seconds,
+            delays[delays.len() - 1],
+        ),
+    ]
+}
+
 /// `SubmitJob` of `ops`: the job's id.
 fn submit(luxid: &mut Client, ops: Value) -> super::Result<u64> {
     let id = result_of(
@@ -408,20 +426,11 @@ fn start(
         .context(|| format!("round {round}"))?;
     }
     farm.stop()?;
-    delays.sort_by(f64::total_cmp);
-    Ok(vec![
-        Measure::new(
-            "worker IDLE to job started, p50",
-            Unit::Seconds,
-            percentile(&delays, 0.5),
-        )
-        .with_target(Target::Below(START_SECONDS_MAX)),
-        Measure::new(
-            "worker IDLE to job started, max",
-            Unit::Seconds,
-            delays[delays.len() - 1],
-        ),
-    ])
+    Ok(p50_and_max(
+        "worker IDLE to job started",
+        delays,
+        START_SECONDS_MAX,
+    ))
 }
 
 fn release(
@@ -483,20 +492,11 @@ fn release(
         wait_final(luxid_client, id)?;
     }
     farm.stop()?;
-    delays.sort_by(f64::total_cmp);
-    Ok(vec![
-        Measure::new(
-            "runner killed to worker IDLE, p50",
-            Unit::Seconds,
-            percentile(&delays, 0.5),
-        )
-        .with_target(Target::Below(RELEASE_SECONDS_MAX)),
-        Measure::new(
-            "runner killed to worker IDLE, max",
-            Unit::Seconds,
-            delays[delays.len() - 1],
-        ),
-    ])
+    Ok(p50_and_max(
+        "runner killed to worker IDLE",
+        delays,
+        RELEASE_SECONDS_MAX,
+    ))
 }
 
 fn query(client: &mut Client, id: u64, field: &'static str) -> super::Result<Value> {

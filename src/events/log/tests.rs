@@ -27,6 +27,16 @@ fn fill(log: &mut EventLog, count: u64, secs: u64) {
     log.write_pending().expect("written");
 }
 
+/// A closed sequence of `count` events in segments of `segments_of`.
+fn written(count: u64, segments_of: u64) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut log = EventLog::open(dir.path(), KEEP_ALL, 100)
+        .expect("opened")
+        .with_segments_of(segments_of);
+    fill(&mut log, count, 100);
+    dir
+}
+
 fn seqs(events: &[Event]) -> Vec<u64> {
     events.iter().map(|event| event.seq).collect()
 }
@@ -175,10 +185,7 @@ fn whole_segments_go_once_both_the_count_and_the_age_allow() {
 
 #[test]
 fn a_torn_last_line_is_cut_off_and_its_number_is_given_again() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let mut log = EventLog::open(dir.path(), KEEP_ALL, 100).expect("opened");
-    fill(&mut log, 3, 100);
-    drop(log);
+    let dir = written(3, EVENTS_SEGMENT_EVENTS);
     let path = dir.path().join(segment_name(1));
     let mut file = OpenOptions::new().append(true).open(&path).expect("open");
     file.write_all(b"{\"seq\":4,\"ts\":[1").expect("torn write");
@@ -197,10 +204,7 @@ fn a_torn_last_line_is_cut_off_and_its_number_is_given_again() {
 #[test]
 fn damage_and_gaps_are_refused_naming_the_file() {
     // A bad line before good ones.
-    let dir = tempfile::tempdir().expect("temp dir");
-    let mut log = EventLog::open(dir.path(), KEEP_ALL, 100).expect("opened");
-    fill(&mut log, 3, 100);
-    drop(log);
+    let dir = written(3, EVENTS_SEGMENT_EVENTS);
     let path = dir.path().join(segment_name(1));
     let text = fs::read_to_string(&path).expect("read");
     fs::write(&path, text.replacen("\"type\"", "\"tpye\"", 1)).expect("damaged");
@@ -208,10 +212,7 @@ fn damage_and_gaps_are_refused_naming_the_file() {
     assert!(error.to_string().contains("event 1: no type"), "{error}");
 
     // A number out of order.
-    let dir = tempfile::tempdir().expect("temp dir");
-    let mut log = EventLog::open(dir.path(), KEEP_ALL, 100).expect("opened");
-    fill(&mut log, 3, 100);
-    drop(log);
+    let dir = written(3, EVENTS_SEGMENT_EVENTS);
     let path = dir.path().join(segment_name(1));
     let text = fs::read_to_string(&path).expect("read");
     fs::write(&path, text.replacen("\"seq\":2", "\"seq\":5", 1)).expect("damaged");
@@ -222,12 +223,7 @@ fn damage_and_gaps_are_refused_naming_the_file() {
     );
 
     // A segment missing between two.
-    let dir = tempfile::tempdir().expect("temp dir");
-    let mut log = EventLog::open(dir.path(), KEEP_ALL, 100)
-        .expect("opened")
-        .with_segments_of(2);
-    fill(&mut log, 6, 100);
-    drop(log);
+    let dir = written(6, 2);
     fs::remove_file(dir.path().join(segment_name(3))).expect("removed");
     let error = EventLog::open(dir.path(), KEEP_ALL, 100).expect_err("refused");
     let text = error.to_string();
@@ -237,12 +233,7 @@ fn damage_and_gaps_are_refused_naming_the_file() {
     );
 
     // A segment whose first event is not the one its name says.
-    let dir = tempfile::tempdir().expect("temp dir");
-    let mut log = EventLog::open(dir.path(), KEEP_ALL, 100)
-        .expect("opened")
-        .with_segments_of(2);
-    fill(&mut log, 4, 100);
-    drop(log);
+    let dir = written(4, 2);
     fs::rename(
         dir.path().join(segment_name(1)),
         dir.path().join(segment_name(0)),
