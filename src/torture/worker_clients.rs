@@ -500,8 +500,14 @@ impl WorkerClient<'_> {
 
     /// Registers the farm until acknowledged, and lets every board in.
     fn register_farm(&mut self) {
-        let _ = std::fs::create_dir_all(&self.records);
-        let _ = std::fs::write(self.records.join(FLAKY_FILE), b"");
+        // Without the records the holds check would have nothing to see.
+        if let Err(error) = std::fs::create_dir_all(&self.records)
+            .and_then(|()| std::fs::write(self.records.join(FLAKY_FILE), b""))
+        {
+            return self
+                .shared
+                .violation(format!("cannot make {}: {error}", self.records.display()));
+        }
         {
             let mut farm = self.farm();
             for board in FARM.iter().chain([&TRANSIENT]) {
