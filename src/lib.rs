@@ -33,6 +33,7 @@ pub mod paths;
 pub mod protocol;
 pub mod query;
 pub mod queue;
+pub mod reporter;
 pub mod runner;
 pub mod settings;
 pub mod store;

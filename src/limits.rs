@@ -366,3 +366,45 @@ pub const EVENTS_SEGMENT_EVENTS: u64 = 65_536;
 /// Bytes read from a segment's head or tail to find its first or last
 /// event (an event line is far shorter).
 pub const EVENTS_TAIL_BYTES: usize = 64 * 1024;
+
+/// Events kept per daemon, at least (`[events] keep`).
+pub const EVENTS_KEEP_DEFAULT: u64 = 1_000_000;
+
+/// A sequence keeps at least two segments, so that luxid's checkpoint is
+/// never older than what is kept.
+pub const EVENTS_KEEP_RANGE: RangeInclusive<u64> = 2 * EVENTS_SEGMENT_EVENTS..=1_000_000_000;
+
+/// And at least every event this recent (`[events] keep_secs`).
+pub const EVENTS_KEEP_SECS_DEFAULT: u64 = 3600;
+
+pub const EVENTS_KEEP_SECS_RANGE: RangeInclusive<u64> = 0..=365 * 24 * 3600;
+
+/// Events in one `WatchEvents` answer, at most.
+pub const WATCH_EVENTS_MAX: usize = 10_000;
+
+/// Type prefixes in one `WatchEvents` call, at most, each at most this
+/// long.
+pub const WATCH_EVENTS_TYPES_MAX: usize = 64;
+pub const WATCH_EVENTS_TYPE_BYTES_MAX: usize = 128;
+
+/// The reporter's Prometheus endpoint (`[metrics] listen`): loopback.
+pub const METRICS_LISTEN_DEFAULT: &str = "127.0.0.1:9188";
+
+/// At most one statsd report per gauge this often (`[metrics]
+/// interval_ms`).
+pub const METRICS_INTERVAL_MS_DEFAULT: u64 = 1000;
+pub const METRICS_INTERVAL_MS_RANGE: RangeInclusive<u64> = 10..=3_600_000;
+
+/// A statsd packet's payload, at most (fits any network's MTU).
+pub const STATSD_PACKET_BYTES_MAX: usize = 512;
+
+/// Hooks running at once, at most.
+pub const HOOKS_RUNNING_MAX: usize = 4;
+
+/// A hook's run is killed after this long.
+pub const HOOK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A failing hook is run again this many times, after pauses doubling from
+/// `HOOK_RETRY_PAUSE`.
+pub const HOOK_RETRIES: u32 = 3;
+pub const HOOK_RETRY_PAUSE: Duration = Duration::from_millis(500);

@@ -24,6 +24,19 @@
 //!
 //! [workers]
 //! quarantine_after = 0           # holders in a row ending in error that fail a worker; 0: off
+//!
+//! [events]
+//! keep = 1000000                 # events kept per daemon, at least
+//! keep_secs = 3600               # and at least everything this recent
+//!
+//! [metrics]
+//! listen = "127.0.0.1:9188"      # the reporter's Prometheus endpoint; "" : none
+//! statsd = "127.0.0.1:8125"      # absent: no statsd
+//! prefix = "warden"
+//! interval_ms = 1000             # at most one statsd report per gauge this often
+//!
+//! [hooks]
+//! "job.finished" = ["/usr/local/bin/notify", "--to", "ops"]
 //! ```
 
 use std::fmt;
@@ -47,6 +60,57 @@ pub struct Settings {
     pub luxid: LuxidSettings,
     /// `[workers]`
     pub workers: WorkersSettings,
+    /// `[events]`
+    pub events: EventsSettings,
+    /// `[metrics]`
+    pub metrics: MetricsSettings,
+    /// `[hooks]`: an event type prefix to the argv run for each event of
+    /// that type (no shell).
+    pub hooks: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+/// `[events]`: each daemon's event sequence (EVENTS.md).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EventsSettings {
+    /// Events kept per daemon, at least.
+    pub keep: u64,
+    /// And at least every event this many seconds old or newer.
+    pub keep_secs: u64,
+}
+
+impl Default for EventsSettings {
+    fn default() -> Self {
+        EventsSettings {
+            keep: limits::EVENTS_KEEP_DEFAULT,
+            keep_secs: limits::EVENTS_KEEP_SECS_DEFAULT,
+        }
+    }
+}
+
+/// `[metrics]`: what the elected reporter sends and serves.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsSettings {
+    /// `host:port` of the Prometheus endpoint (`/metrics`); empty: none.
+    pub listen: String,
+    /// `host:port` of a statsd server; `None`: no statsd.
+    pub statsd: Option<String>,
+    /// The first part of every statsd name.
+    pub prefix: String,
+    /// At most one statsd report per gauge this often, in milliseconds.
+    pub interval_ms: u64,
+}
+
+impl Default for MetricsSettings {
+    fn default() -> Self {
+        MetricsSettings {
+            listen: limits::METRICS_LISTEN_DEFAULT.to_owned(),
+            statsd: None,
+            prefix: "warden".to_owned(),
+            interval_ms: limits::METRICS_INTERVAL_MS_DEFAULT,
+        }
+    }
 }
 
 /// `[workers]`: the worker registry (WORKERS.md), kept by wconfd.
@@ -422,6 +486,73 @@ impl Settings {
             l.job_log_bytes_max,
             &limits::JOB_LOG_BYTES_MAX_RANGE,
         )?;
+        check(
+            path,
+            "events",
+            "keep",
+            self.events.keep,
+            &limits::EVENTS_KEEP_RANGE,
+        )?;
+        check(
+            path,
+            "events",
+            "keep_secs",
+            self.events.keep_secs,
+            &limits::EVENTS_KEEP_SECS_RANGE,
+        )?;
+        check(
+            path,
+            "metrics",
+            "interval_ms",
+            self.metrics.interval_ms,
+            &limits::METRICS_INTERVAL_MS_RANGE,
+        )?;
+        let m = &self.metrics;
+        for (key, address) in [("listen", Some(&m.listen)), ("statsd", m.statsd.as_ref())] {
+            let Some(address) = address.filter(|address| !address.is_empty()) else {
+                continue;
+            };
+            if address.parse::<std::net::SocketAddr>().is_err() {
+                return Err(SettingsError::Invalid {
+                    path: path.to_path_buf(),
+                    section: "metrics",
+                    key,
+                    reason: format!("{address:?} is not an address and port (\"127.0.0.1:9188\")"),
+                });
+            }
+        }
+        if m.prefix.is_empty()
+            || !m
+                .prefix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-')
+        {
+            return Err(SettingsError::Invalid {
+                path: path.to_path_buf(),
+                section: "metrics",
+                key: "prefix",
+                reason: format!("{:?} is not a name of letters, digits, '_', '-' and '.'", m.prefix),
+            });
+        }
+        for (prefix, argv) in &self.hooks {
+            let reason = if prefix.is_empty() {
+                Some("an empty type prefix would run for every event; name a type".to_owned())
+            } else if argv.is_empty() {
+                Some("no command".to_owned())
+            } else if !Path::new(&argv[0]).is_absolute() {
+                Some(format!("the command {:?} is not an absolute path", argv[0]))
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                return Err(SettingsError::Invalid {
+                    path: path.to_path_buf(),
+                    section: "hooks",
+                    key: "a hook",
+                    reason: format!("{prefix:?}: {reason}"),
+                });
+            }
+        }
         if let Some(runner_path) = &l.runner_path
             && !runner_path.is_absolute()
         {

@@ -1,0 +1,1 @@
+//! Hooks: commands run on events (EVENTS.md, "Hooks").

@@ -1,0 +1,1 @@
+//! The metrics computed from the event sequences (EVENTS.md, "Metrics").
