@@ -678,6 +678,19 @@ mod tests {
 
             [workers]
             quarantine_after = 3
+
+            [events]
+            keep = 200000
+            keep_secs = 60
+
+            [metrics]
+            listen = "127.0.0.1:9999"
+            statsd = "127.0.0.1:8125"
+            prefix = "farm.warden"
+            interval_ms = 500
+
+            [hooks]
+            "job.finished" = ["/usr/local/bin/notify", "--to", "ops"]
             "#,
         )
         .unwrap();
@@ -703,6 +716,25 @@ mod tests {
                 workers: WorkersSettings {
                     quarantine_after: 3,
                 },
+                events: EventsSettings {
+                    keep: 200_000,
+                    keep_secs: 60,
+                },
+                metrics: MetricsSettings {
+                    listen: "127.0.0.1:9999".to_owned(),
+                    statsd: Some("127.0.0.1:8125".to_owned()),
+                    prefix: "farm.warden".to_owned(),
+                    interval_ms: 500,
+                },
+                hooks: [(
+                    "job.finished".to_owned(),
+                    vec![
+                        "/usr/local/bin/notify".to_owned(),
+                        "--to".to_owned(),
+                        "ops".to_owned()
+                    ]
+                )]
+                .into(),
             }
         );
         assert_eq!(
@@ -862,6 +894,25 @@ mod tests {
             queue_jobs_max = 10000000\n\
             job_log_bytes_max = 1024\n";
         load_text(text).unwrap();
+    }
+
+    #[test]
+    fn bad_events_metrics_and_hooks_settings_are_refused() {
+        for (text, named) in [
+            ("[events]\nkeep = 10\n", "keep"),
+            ("[metrics]\nlisten = \"localhost\"\n", "listen"),
+            ("[metrics]\nstatsd = \"udp://x\"\n", "statsd"),
+            ("[metrics]\nprefix = \"a b\"\n", "prefix"),
+            ("[metrics]\ninterval_ms = 1\n", "interval_ms"),
+            ("[hooks]\n\"job.\" = []\n", "no command"),
+            ("[hooks]\n\"job.\" = [\"notify\"]\n", "absolute"),
+            ("[hooks]\n\"\" = [\"/bin/true\"]\n", "every event"),
+        ] {
+            let message = error_text(text);
+            assert!(message.contains(named), "{text}: {message}");
+        }
+        // An empty listen turns the endpoint off.
+        load_text("[metrics]\nlisten = \"\"\n").unwrap();
     }
 
     #[test]

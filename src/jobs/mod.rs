@@ -156,6 +156,29 @@ fn summary_value(value: &Value) -> String {
     }
 }
 
+/// One step of a job's path: the job's status became `status` at opcode
+/// `opcode`. Steps are ordered by (`opcode`, the status's place in an
+/// opcode's life).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PathStep {
+    pub opcode: usize,
+    pub status: Status,
+}
+
+impl PathStep {
+    /// The step's place: later steps have greater keys.
+    pub fn key(self) -> (usize, u8) {
+        let rank = match self.status {
+            Status::Queued => 0,
+            Status::Waiting => 1,
+            Status::Running => 2,
+            Status::Canceling => 3,
+            Status::Success | Status::Error | Status::Canceled => 4,
+        };
+        (self.opcode, rank)
+    }
+}
+
 /// A job file, field for field (JOBS.md "Queue on disk").
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Job {
@@ -202,6 +225,44 @@ impl Job {
 
     pub fn is_final(&self) -> bool {
         self.status().is_final()
+    }
+
+    /// The job's path as far as its file shows it (EVENTS.md): for each
+    /// opcode in turn the statuses it reached (began: `waiting`, ran:
+    /// `running`, `canceling`, its end), as the job's status, equal
+    /// neighbours merged; a non-last opcode's success is no step (the job
+    /// goes on with the next). The first step leaves `queued`. Every
+    /// later file of the job has this path as a prefix, give or take a
+    /// `canceling` it did not show.
+    pub fn path(&self) -> Vec<PathStep> {
+        let mut steps = Vec::new();
+        let mut current = Status::Queued;
+        let last = self.ops.len().saturating_sub(1);
+        for (opcode, op) in self.ops.iter().enumerate() {
+            let mut reached = Vec::with_capacity(4);
+            if op.start_timestamp.is_some() || op.status == Status::Waiting {
+                reached.push(Status::Waiting);
+            }
+            if op.exec_timestamp.is_some() || op.status == Status::Running {
+                reached.push(Status::Running);
+            }
+            if op.status == Status::Canceling || op.status.is_final() {
+                reached.push(op.status);
+            }
+            for status in reached {
+                if status == Status::Success && opcode < last {
+                    continue;
+                }
+                if status != current {
+                    steps.push(PathStep { opcode, status });
+                    current = status;
+                }
+            }
+            if op.status != Status::Success {
+                break;
+            }
+        }
+        steps
     }
 
     /// The smallest priority of the unfinished opcodes, else 0.
@@ -396,6 +457,69 @@ mod tests {
             process_id: None,
             workers: Vec::new(),
         }
+    }
+
+    /// A job whose opcodes have `statuses`, each with the timestamps a
+    /// runner writes on the way to it.
+    fn job_run_to(statuses: &[Status]) -> Job {
+        let mut job = job_with(statuses);
+        for op in &mut job.ops {
+            let began = op.status != Status::Queued;
+            let ran = matches!(op.status, Status::Running | Status::Success | Status::Error);
+            op.start_timestamp = began.then_some(Timestamp(1, 0));
+            op.exec_timestamp = ran.then_some(Timestamp(2, 0));
+        }
+        job
+    }
+
+    fn path_of(job: &Job) -> Vec<(usize, Status)> {
+        job.path()
+            .into_iter()
+            .map(|step| (step.opcode, step.status))
+            .collect()
+    }
+
+    #[test]
+    fn a_path_has_each_step_of_the_opcodes_once() {
+        use Status::*;
+        assert_eq!(path_of(&job_run_to(&[Queued, Queued])), []);
+        assert_eq!(path_of(&job_run_to(&[Waiting, Queued])), [(0, Waiting)]);
+        assert_eq!(
+            path_of(&job_run_to(&[Success, Running])),
+            [(0, Waiting), (0, Running), (1, Waiting), (1, Running)]
+        );
+        assert_eq!(
+            path_of(&job_run_to(&[Success, Success])),
+            [
+                (0, Waiting),
+                (0, Running),
+                (1, Waiting),
+                (1, Running),
+                (1, Success)
+            ]
+        );
+        // The later opcodes of a failed job add nothing.
+        assert_eq!(
+            path_of(&job_run_to(&[Error, Error])),
+            [(0, Waiting), (0, Running), (0, Error)]
+        );
+        // Canceled while queued: one step.
+        assert_eq!(path_of(&job_with(&[Canceled, Canceled])), [(0, Canceled)]);
+        // Every earlier file's path is a prefix of a later one's.
+        let files = [
+            job_run_to(&[Queued, Queued]),
+            job_run_to(&[Waiting, Queued]),
+            job_run_to(&[Running, Queued]),
+            job_run_to(&[Success, Waiting]),
+            job_run_to(&[Success, Running]),
+            job_run_to(&[Success, Success]),
+        ];
+        for pair in files.windows(2) {
+            let (earlier, later) = (pair[0].path(), pair[1].path());
+            assert_eq!(earlier[..], later[..earlier.len()]);
+        }
+        let keys: Vec<_> = files[5].path().iter().map(|step| step.key()).collect();
+        assert!(keys.windows(2).all(|pair| pair[0] < pair[1]), "{keys:?}");
     }
 
     #[test]
