@@ -531,7 +531,10 @@ impl Settings {
                 path: path.to_path_buf(),
                 section: "metrics",
                 key: "prefix",
-                reason: format!("{:?} is not a name of letters, digits, '_', '-' and '.'", m.prefix),
+                reason: format!(
+                    "{:?} is not a name of letters, digits, '_', '-' and '.'",
+                    m.prefix
+                ),
             });
         }
         for (prefix, argv) in &self.hooks {

@@ -76,7 +76,7 @@ pub struct EventLog {
     segments: Vec<Segment>,
     /// The last segment, open for appending.
     file: Option<File>,
-    /// A segment was created since the last [`EventLog::sync`]: the
+    /// A segment was removed since the last [`EventLog::sync`]: the
     /// directory needs a sync too.
     dir_dirty: bool,
     /// The newest events, at most `memory_max`, oldest first.
@@ -85,6 +85,9 @@ pub struct EventLog {
     /// Lines appended but not yet written, with their seq.
     pending: Vec<(u64, Vec<u8>)>,
     last_seq: u64,
+    /// The last event known durable: readers see nothing after it, so no
+    /// one ever sees an event a crash of the machine could take back.
+    readable: u64,
     /// Events a segment holds before the next begins.
     segment_events: u64,
 }
@@ -114,6 +117,7 @@ impl EventLog {
             memory_max: memory_max.max(1),
             pending: Vec::new(),
             last_seq: 0,
+            readable: 0,
             segment_events: EVENTS_SEGMENT_EVENTS,
         };
         for (index, first) in firsts.iter().enumerate() {
@@ -159,8 +163,11 @@ impl EventLog {
                 .append(true)
                 .open(&segment.path)
                 .map_err(io_error(&segment.path))?;
+            // What an earlier process wrote may not have reached the disk.
+            file.sync_data().map_err(io_error(&segment.path))?;
             log.file = Some(file);
         }
+        log.readable = log.last_seq;
         Ok(log)
     }
 
@@ -232,6 +239,38 @@ impl EventLog {
     /// The last event's seq (0 before the first).
     pub fn last_seq(&self) -> u64 {
         self.last_seq
+    }
+
+    /// The last event readers may see: the last known durable.
+    pub fn readable_last(&self) -> u64 {
+        self.readable
+    }
+
+    /// Written events are durable up to `seq` (a [`Syncer`]'s report).
+    ///
+    /// [`Syncer`]: super::Syncer
+    pub fn mark_synced(&mut self, seq: u64) {
+        debug_assert!(seq <= self.last_seq);
+        self.readable = self.readable.max(seq);
+    }
+
+    /// Whether written events wait for a sync.
+    pub fn unsynced(&self) -> bool {
+        self.readable < self.last_seq - self.pending.len() as u64
+    }
+
+    /// What a [`Syncer`] syncs: the file appended to, and the last event
+    /// written to it.
+    ///
+    /// [`Syncer`]: super::Syncer
+    pub fn sync_handle(&self) -> Result<Option<(File, u64)>, EventsError> {
+        match (&self.file, self.segments.last()) {
+            (Some(file), Some(segment)) => {
+                let file = file.try_clone().map_err(io_error(&segment.path))?;
+                Ok(Some((file, segment.last)))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// The first event kept (one past the last while none is).
@@ -309,7 +348,11 @@ impl EventLog {
             .open(&path)
             .map_err(io_error(&path))?;
         self.file = Some(file);
-        self.dir_dirty = true;
+        // Once a segment, not once a sync: a sync in the background then
+        // needs only the file.
+        File::open(&self.dir)
+            .and_then(|dir| dir.sync_all())
+            .map_err(io_error(&self.dir))?;
         self.segments.push(Segment {
             first,
             last: first - 1,
@@ -318,10 +361,12 @@ impl EventLog {
         Ok(())
     }
 
-    /// Syncs what was written (and the directory after a new segment).
+    /// Syncs what was written (and the directory after a removal), on the
+    /// caller's thread.
     pub fn sync(&mut self) -> Result<(), EventsError> {
         if let (Some(file), Some(segment)) = (&self.file, self.segments.last()) {
             file.sync_data().map_err(io_error(&segment.path))?;
+            self.readable = segment.last;
         }
         if self.dir_dirty {
             File::open(&self.dir)
@@ -341,14 +386,12 @@ impl EventLog {
         types: Option<&[String]>,
         max: usize,
     ) -> Result<(Vec<Event>, u64), EventsError> {
+        let last = self.readable;
         let Some(since) = since else {
-            return Ok((Vec::new(), self.last_seq));
+            return Ok((Vec::new(), last));
         };
-        if since > self.last_seq {
-            return Err(EventsError::Future {
-                since,
-                last: self.last_seq,
-            });
+        if since > last {
+            return Err(EventsError::Future { since, last });
         }
         let first_retained = self.first_retained();
         if since + 1 < first_retained {
@@ -360,9 +403,9 @@ impl EventLog {
             .memory
             .front()
             .is_some_and(|oldest| oldest.seq <= since + 1);
-        if in_memory || since == self.last_seq {
+        if in_memory || since == last {
             for event in self.memory.iter().filter(|event| event.seq > since) {
-                if found.len() == max {
+                if found.len() == max || event.seq > last {
                     break;
                 }
                 next = event.seq;
@@ -385,7 +428,7 @@ impl EventLog {
                 if event.seq <= since {
                     continue;
                 }
-                if found.len() == max || event.seq > segment.last {
+                if found.len() == max || event.seq > segment.last.min(last) {
                     return Ok((found, next));
                 }
                 next = event.seq;

@@ -14,8 +14,12 @@
 //! line: `{"seq": n, "ts": [secs, usecs], "type": "...", ...fields}`.
 
 mod log;
+mod syncer;
+pub mod watch;
 
 pub use log::{EventLog, EventsError, Kept};
+pub use syncer::Syncer;
+pub use watch::Watches;
 
 use serde_json::{Map, Value};
 

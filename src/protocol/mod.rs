@@ -5,6 +5,7 @@
 
 #[cfg(test)]
 pub mod arbitrary;
+pub mod events;
 pub mod frame;
 pub mod luxi;
 pub mod query;

@@ -31,6 +31,7 @@ mod luxid;
 mod luxid_bad_input;
 mod luxid_query;
 mod luxid_workers;
+mod prometheus_rules;
 mod queue_properties;
 mod queue_reference;
 mod reference;

@@ -14,7 +14,7 @@ fn fields(value: Value) -> Map<String, Value> {
 }
 
 /// Appends `count` events alternating `job.status` and `lock.granted`,
-/// stamped `secs`, written.
+/// stamped `secs`, written and synced.
 fn fill(log: &mut EventLog, count: u64, secs: u64) {
     for index in 0..count {
         let kind = if index % 2 == 0 {
@@ -25,6 +25,7 @@ fn fill(log: &mut EventLog, count: u64, secs: u64) {
         log.append(kind, fields(json!({"n": index})), Timestamp(secs, 0));
     }
     log.write_pending().expect("written");
+    log.sync().expect("synced");
 }
 
 /// A closed sequence of `count` events in segments of `segments_of`.
@@ -105,6 +106,24 @@ fn the_sequence_goes_on_across_reopening_and_segments_without_a_gap() {
     assert_eq!(log.last_seq(), 25);
     assert_eq!(log.append("job.status", Map::new(), Timestamp(101, 0)), 26);
     log.write_pending().expect("written");
+    // Not yet durable: not yet seen.
+    assert_eq!(log.readable_last(), 25);
+    assert!(log.unsynced());
+    let (events, next) = log.read_after(Some(0), None, 100).expect("read");
+    assert_eq!(next, 25);
+    assert_eq!(events.len(), 25);
+    assert!(matches!(
+        log.read_after(Some(26), None, 100),
+        Err(EventsError::Future {
+            since: 26,
+            last: 25
+        })
+    ));
+    let (file, last) = log.sync_handle().expect("a handle").expect("a file");
+    assert_eq!(last, 26);
+    file.sync_data().expect("synced");
+    log.mark_synced(last);
+    assert!(!log.unsynced());
     let (events, next) = log.read_after(Some(0), None, 100).expect("read");
     assert_eq!(seqs(&events), (1..=26).collect::<Vec<u64>>());
     assert_eq!(next, 26);

@@ -1,0 +1,180 @@
+//! The wire form of reading an event sequence (EVENTS.md, "Reading it"):
+//! the arguments of luxid's `WatchEvents` and wconfd's `watchEvents`, the
+//! answer and the errors. Shared by both daemons.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::{Args, WireError};
+use crate::events::{Event, EventsError};
+use crate::limits::{
+    WAIT_FOR_CHANGE_SECONDS_MAX, WATCH_EVENTS_TYPE_BYTES_MAX, WATCH_EVENTS_TYPES_MAX,
+};
+
+/// `[since_seq or null, types or null, timeout_s]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WatchEvents {
+    /// `None`: from now on.
+    pub since: Option<u64>,
+    /// Type prefixes; `None`: every type.
+    pub types: Option<Vec<String>>,
+    /// At most 89 s, as `WaitForJobChange`.
+    pub timeout: Duration,
+}
+
+impl WatchEvents {
+    /// Decodes the three arguments (the caller checked their count).
+    pub fn decode(args: &Args) -> Result<WatchEvents, WireError> {
+        let since = match args.get(0) {
+            Value::Null => None,
+            value => Some(
+                value
+                    .as_u64()
+                    .ok_or_else(|| args.bad(0, "is neither an event number nor null"))?,
+            ),
+        };
+        let types = match args.get(1) {
+            Value::Null => None,
+            Value::Array(types) => {
+                if types.len() > WATCH_EVENTS_TYPES_MAX {
+                    return Err(args.bad(
+                        1,
+                        format!(
+                            "names {} types (at most {WATCH_EVENTS_TYPES_MAX})",
+                            types.len()
+                        ),
+                    ));
+                }
+                let types = types
+                    .iter()
+                    .map(|prefix| match prefix.as_str() {
+                        Some(prefix) if prefix.len() <= WATCH_EVENTS_TYPE_BYTES_MAX => {
+                            Ok(prefix.to_owned())
+                        }
+                        Some(_) => Err(args.bad(
+                            1,
+                            format!("holds a type longer than {WATCH_EVENTS_TYPE_BYTES_MAX} bytes"),
+                        )),
+                        None => Err(args.bad(1, "holds something not a type prefix")),
+                    })
+                    .collect::<Result<_, _>>()?;
+                Some(types)
+            }
+            _ => return Err(args.bad(1, "is neither a list of type prefixes nor null")),
+        };
+        let seconds = args
+            .get(2)
+            .as_f64()
+            .filter(|seconds| *seconds >= 0.0)
+            .ok_or_else(|| args.bad(2, "is not a timeout in seconds"))?
+            .min(WAIT_FOR_CHANGE_SECONDS_MAX);
+        Ok(WatchEvents {
+            since,
+            types,
+            timeout: Duration::from_secs_f64(seconds),
+        })
+    }
+
+    pub fn encode(&self) -> Vec<Value> {
+        vec![
+            json!(self.since),
+            json!(self.types),
+            json!(self.timeout.as_secs_f64()),
+        ]
+    }
+}
+
+/// `{"events": [...], "next": n}`.
+pub fn encode_answer(events: &[Event], next: u64) -> Value {
+    let events: Vec<Value> = events
+        .iter()
+        .map(|event| serde_json::from_slice(&event.encode()).expect("an event is JSON"))
+        .collect();
+    json!({"events": events, "next": next})
+}
+
+/// The answer decoded (by a client): the events and the next position.
+pub fn decode_answer(value: &Value) -> Result<(Vec<Event>, u64), String> {
+    let next = value
+        .get("next")
+        .and_then(Value::as_u64)
+        .ok_or("no \"next\" in the answer")?;
+    let events = value
+        .get("events")
+        .and_then(Value::as_array)
+        .ok_or("no \"events\" in the answer")?;
+    let events = events
+        .iter()
+        .map(|event| Event::decode(event.to_string().as_bytes()))
+        .collect::<Result<_, _>>()?;
+    Ok((events, next))
+}
+
+/// `EventsExpired [first_retained]`, `EventsFuture [last]`, or a
+/// `GenericError` naming what the daemon could not read.
+pub fn wire_error(error: &EventsError) -> WireError {
+    match error {
+        EventsError::Expired { first_retained } => WireError {
+            class: "EventsExpired",
+            args: vec![json!(first_retained)],
+        },
+        EventsError::Future { last, .. } => WireError {
+            class: "EventsFuture",
+            args: vec![json!(last)],
+        },
+        other => WireError::generic(format!("cannot read the events: {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Args;
+
+    fn decode(args: Value) -> Result<WatchEvents, String> {
+        let args = args.as_array().unwrap().clone();
+        let args = Args::exactly("WatchEvents", &args, 3).map_err(|e| format!("{e:?}"))?;
+        WatchEvents::decode(&args).map_err(|error| error.args[0].to_string())
+    }
+
+    #[test]
+    fn arguments_are_checked_and_capped() {
+        assert_eq!(
+            decode(json!([5, ["job."], 1000])).unwrap(),
+            WatchEvents {
+                since: Some(5),
+                types: Some(vec!["job.".to_owned()]),
+                timeout: Duration::from_secs(89),
+            }
+        );
+        assert_eq!(decode(json!([null, null, 0.5])).unwrap().since, None);
+        for (args, says) in [
+            (
+                json!([-1, null, 1]),
+                "argument 1 is neither an event number",
+            ),
+            (
+                json!(["5", null, 1]),
+                "argument 1 is neither an event number",
+            ),
+            (json!([1, "job.", 1]), "argument 2 is neither a list"),
+            (json!([1, [3], 1]), "argument 2 holds something not a type"),
+            (json!([1, null, -1]), "argument 3 is not a timeout"),
+            (json!([1, null, "1"]), "argument 3 is not a timeout"),
+        ] {
+            let error = decode(args.clone()).unwrap_err();
+            assert!(error.contains(says), "{args}: {error}");
+        }
+        let many: Vec<String> = (0..=WATCH_EVENTS_TYPES_MAX)
+            .map(|i| i.to_string())
+            .collect();
+        assert!(decode(json!([1, many, 1])).unwrap_err().contains("at most"));
+        let long = "x".repeat(WATCH_EVENTS_TYPE_BYTES_MAX + 1);
+        assert!(
+            decode(json!([1, [long], 1]))
+                .unwrap_err()
+                .contains("longer")
+        );
+    }
+}

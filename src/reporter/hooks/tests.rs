@@ -1,0 +1,1 @@
+//! Tests of the hook runner with real processes.
