@@ -151,6 +151,21 @@ impl Client {
         self.request(&request.encode())
     }
 
+    /// The events of this client's daemon after `watch.since` (`luxid`'s
+    /// `WatchEvents`, wconfd's `watchEvents`), held as the daemon holds
+    /// it; the events and the position to ask from next.
+    pub fn watch_events(
+        &mut self,
+        watch: &crate::protocol::events::WatchEvents,
+    ) -> Result<(Vec<crate::events::Event>, u64), ClientError> {
+        let answer = match self.daemon {
+            Daemon::Luxid => self.luxi(&LuxiRequest::WatchEvents(watch.clone()))?,
+            Daemon::Wconfd => self.wconfd(&WconfdRequest::WatchEvents(watch.clone()))?,
+        };
+        crate::protocol::events::decode_answer(&answer)
+            .map_err(|what| self.protocol_error(format!("the events: {what}")))
+    }
+
     /// Calls luxid: its raw answer.
     pub fn luxi(&mut self, request: &LuxiRequest) -> Result<Value, ClientError> {
         self.request(&request.encode())

@@ -34,6 +34,9 @@ pub enum DaemonError {
     },
     #[error("wconfd must run on the same root first: {0}")]
     NoWconfd(crate::client::ClientError),
+    /// The event sequence cannot be opened (damaged, or unreadable).
+    #[error("the event sequence: {0}")]
+    Events(#[from] crate::events::EventsError),
     #[error("{what} {path}: {source}")]
     Io {
         what: &'static str,

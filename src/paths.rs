@@ -25,6 +25,14 @@ pub const SETTINGS_FILE: &str = "warden.toml";
 
 /// The job queue: job files, serial, archive, drain flag.
 pub const QUEUE_DIR: &str = "queue";
+
+/// Each daemon's event sequence (segment files, EVENTS.md).
+pub const LUXID_EVENTS_DIR: &str = "events/luxid";
+pub const WCONFD_EVENTS_DIR: &str = "events/wconfd";
+
+/// What luxid's sequence had said of every job at some event, so that a
+/// start reads only the events after it (`{"seq": n, "jobs": ...}`).
+pub const LUXID_EVENTS_CHECKPOINT_FILE: &str = "events/luxid.checkpoint";
 /// Under [`QUEUE_DIR`]: the last serial given, written at a clean stop.
 pub const SERIAL_FILE: &str = "serial";
 /// Under [`QUEUE_DIR`]: the queue's format version.

@@ -6,6 +6,7 @@
 //! [`Exit`].
 
 mod demo;
+mod events;
 mod jobs;
 mod launcher;
 mod locks;
@@ -124,6 +125,8 @@ enum Command {
     },
     /// Are the daemons up; jobs per status; locks held and waited for
     Status,
+    /// Both daemons' events (job changes, grants, workers, ...), merged by time; --follow for more as they happen
+    Events(events::EventsArgs),
     /// The workers jobs hold while they run: list, register, let in, fail, ...
     #[command(subcommand)]
     Workers(workers::WorkersCommand),
@@ -239,6 +242,7 @@ fn execute(cli: &Cli, root: &Path, output: &Output) -> CliResult<Exit> {
         Command::Drain { state } => done(jobs::drain(root, output, state == "on")),
         Command::Locks { tree } => done(locks::locks(root, output, *tree)),
         Command::Status => locks::status(root, output),
+        Command::Events(args) => done(events::events(root, output, args)),
         Command::Workers(command) => done(workers::run(root, output, command)),
         Command::Completions { shell } => {
             clap_complete::generate(

@@ -88,6 +88,11 @@ pub struct EventLog {
     /// The last event known durable: readers see nothing after it, so no
     /// one ever sees an event a crash of the machine could take back.
     readable: u64,
+    /// Bytes written to the last segment, and of those the bytes known
+    /// durable (what was written after them is rewritten after a failed
+    /// sync: the kernel may have dropped it and would not say so again).
+    file_len: u64,
+    readable_len: u64,
     /// Events a segment holds before the next begins.
     segment_events: u64,
 }
@@ -118,6 +123,8 @@ impl EventLog {
             pending: Vec::new(),
             last_seq: 0,
             readable: 0,
+            file_len: 0,
+            readable_len: 0,
             segment_events: EVENTS_SEGMENT_EVENTS,
         };
         for (index, first) in firsts.iter().enumerate() {
@@ -165,6 +172,8 @@ impl EventLog {
                 .map_err(io_error(&segment.path))?;
             // What an earlier process wrote may not have reached the disk.
             file.sync_data().map_err(io_error(&segment.path))?;
+            log.file_len = file.metadata().map_err(io_error(&segment.path))?.len();
+            log.readable_len = log.file_len;
             log.file = Some(file);
         }
         log.readable = log.last_seq;
@@ -246,12 +255,45 @@ impl EventLog {
         self.readable
     }
 
-    /// Written events are durable up to `seq` (a [`Syncer`]'s report).
+    /// Written events are durable up to `seq`, the first `len` bytes of
+    /// the last segment (a [`Syncer`]'s report of a [`sync_handle`]).
     ///
     /// [`Syncer`]: super::Syncer
-    pub fn mark_synced(&mut self, seq: u64) {
+    /// [`sync_handle`]: EventLog::sync_handle
+    pub fn mark_synced(&mut self, seq: u64, len: u64) {
         debug_assert!(seq <= self.last_seq);
-        self.readable = self.readable.max(seq);
+        if seq > self.readable {
+            self.readable = seq;
+            self.readable_len = len;
+        }
+    }
+
+    /// After a failed sync: cuts the last segment back to what is known
+    /// durable and queues the events after it to be written again (from
+    /// memory), so the next write and sync say them whole.
+    pub fn rewrite_unsynced(&mut self) -> Result<(), EventsError> {
+        let (Some(file), Some(segment)) = (&self.file, self.segments.last_mut()) else {
+            return Ok(());
+        };
+        let from = self.readable + 1;
+        let oldest = self.memory.front().map_or(u64::MAX, |event| event.seq);
+        if from <= self.last_seq && oldest > from {
+            return Err(EventsError::Damaged {
+                path: segment.path.clone(),
+                what: format!("events from {from} are no longer in memory to be written again"),
+            });
+        }
+        file.set_len(self.readable_len)
+            .map_err(io_error(&segment.path))?;
+        self.file_len = self.readable_len;
+        segment.last = self.readable.max(segment.first - 1);
+        self.pending = self
+            .memory
+            .iter()
+            .filter(|event| event.seq >= from)
+            .map(|event| (event.seq, event.encode()))
+            .collect();
+        Ok(())
     }
 
     /// Whether written events wait for a sync.
@@ -263,11 +305,11 @@ impl EventLog {
     /// written to it.
     ///
     /// [`Syncer`]: super::Syncer
-    pub fn sync_handle(&self) -> Result<Option<(File, u64)>, EventsError> {
+    pub fn sync_handle(&self) -> Result<Option<(File, u64, u64)>, EventsError> {
         match (&self.file, self.segments.last()) {
             (Some(file), Some(segment)) => {
                 let file = file.try_clone().map_err(io_error(&segment.path))?;
-                Ok(Some((file, segment.last)))
+                Ok(Some((file, segment.last, self.file_len)))
             }
             _ => Ok(None),
         }
@@ -298,6 +340,48 @@ impl EventLog {
     /// Whether appended events wait to be written.
     pub fn has_pending(&self) -> bool {
         !self.pending.is_empty()
+    }
+
+    /// The lines of the appended events not yet written, in order.
+    pub fn pending_lines(&self) -> impl Iterator<Item = &[u8]> {
+        self.pending.iter().map(|(_, line)| line.as_slice())
+    }
+
+    /// Every written event is durable (elsewhere: wconfd's journal holds
+    /// them), so readable now.
+    pub fn mark_written_durable(&mut self) {
+        let written = self.last_seq - self.pending.len() as u64;
+        self.mark_synced(written, self.file_len);
+    }
+
+    /// Events of another copy (wconfd's journal) the sequence lacks: those
+    /// after its last are appended, written and synced; the copy must go
+    /// on from it without a gap.
+    pub fn catch_up(&mut self, events: &[Event]) -> Result<usize, EventsError> {
+        let missing: Vec<&Event> = events
+            .iter()
+            .filter(|event| event.seq > self.last_seq)
+            .collect();
+        let Some(first) = missing.first() else {
+            return Ok(0);
+        };
+        if first.seq != self.last_seq + 1 {
+            return Err(EventsError::Damaged {
+                path: self.dir.clone(),
+                what: format!(
+                    "the sequence ends at event {}, its other copy goes on from {}",
+                    self.last_seq, first.seq
+                ),
+            });
+        }
+        for event in &missing {
+            self.last_seq = event.seq;
+            self.pending.push((event.seq, event.encode()));
+            self.remember(Event::clone(event));
+        }
+        self.write_pending()?;
+        self.sync()?;
+        Ok(missing.len())
     }
 
     /// Writes the appended events, starting a new segment where the
@@ -332,15 +416,20 @@ impl EventLog {
             unreachable!("a segment is started before its first line");
         };
         file.write_all(batch).map_err(io_error(&segment.path))?;
+        self.file_len += batch.len() as u64;
         batch.clear();
         Ok(())
     }
 
     fn start_segment(&mut self, first: u64) -> Result<(), EventsError> {
         if let (Some(file), Some(segment)) = (&self.file, self.segments.last()) {
-            // The full one is synced before the next begins.
+            // The full one is synced before the next begins: what is not
+            // yet durable is only ever in the last segment.
             file.sync_data().map_err(io_error(&segment.path))?;
+            self.readable = segment.last;
         }
+        self.file_len = 0;
+        self.readable_len = 0;
         let path = self.dir.join(segment_name(first));
         let file = OpenOptions::new()
             .create_new(true)
@@ -367,6 +456,7 @@ impl EventLog {
         if let (Some(file), Some(segment)) = (&self.file, self.segments.last()) {
             file.sync_data().map_err(io_error(&segment.path))?;
             self.readable = segment.last;
+            self.readable_len = self.file_len;
         }
         if self.dir_dirty {
             File::open(&self.dir)

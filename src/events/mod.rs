@@ -63,10 +63,10 @@ impl Event {
             return Err("not an object".to_owned());
         };
         let seq = object
-            .remove("seq")
+            .shift_remove("seq")
             .and_then(|seq| seq.as_u64())
             .ok_or("no seq")?;
-        let ts = match object.remove("ts") {
+        let ts = match object.shift_remove("ts") {
             Some(Value::Array(parts)) if parts.len() == 2 => {
                 match (parts[0].as_u64(), parts[1].as_u64()) {
                     (Some(secs), Some(usecs)) => Timestamp(secs, usecs),
@@ -75,7 +75,7 @@ impl Event {
             }
             _ => return Err("ts is not [secs, usecs]".to_owned()),
         };
-        let kind = match object.remove("type") {
+        let kind = match object.shift_remove("type") {
             Some(Value::String(kind)) => kind,
             _ => return Err("no type".to_owned()),
         };

@@ -11,10 +11,10 @@ use mio::Waker;
 
 #[derive(Default)]
 struct Shared {
-    /// The file to sync and the last event written to it.
-    wanted: Option<(File, u64)>,
-    /// The last event a finished sync covered.
-    synced: u64,
+    /// The file to sync, the last event written to it and its length.
+    wanted: Option<(File, u64, u64)>,
+    /// The last event a finished sync covered, and the file's length then.
+    synced: (u64, u64),
     /// Why the last sync failed, once.
     failed: Option<String>,
     stopping: bool,
@@ -39,18 +39,19 @@ impl Syncer {
         })
     }
 
-    /// Syncs `file` up to event `seq` (a later request replaces one not
-    /// yet started: one sync covers both).
-    pub fn request(&self, file: File, seq: u64) {
+    /// Syncs `file` up to event `seq`, `len` bytes (an
+    /// [`EventLog::sync_handle`](super::EventLog::sync_handle)); a later
+    /// request replaces one not yet started: one sync covers both.
+    pub fn request(&self, (file, seq, len): (File, u64, u64)) {
         let (lock, wake) = &*self.shared;
         let mut shared = lock.lock().expect("the syncer never panics holding it");
-        shared.wanted = Some((file, seq));
+        shared.wanted = Some((file, seq, len));
         wake.notify_one();
     }
 
-    /// The last event a finished sync covered, and why a sync failed (if
-    /// one did since the last call).
-    pub fn synced(&self) -> (u64, Option<String>) {
+    /// The last event a finished sync covered with the file's length then,
+    /// and why a sync failed (if one did since the last call).
+    pub fn synced(&self) -> ((u64, u64), Option<String>) {
         let (lock, _) = &*self.shared;
         let mut shared = lock.lock().expect("the syncer never panics holding it");
         (shared.synced, shared.failed.take())
@@ -75,7 +76,7 @@ impl Drop for Syncer {
 fn run(shared: &(Mutex<Shared>, Condvar), waker: &Waker) {
     let (lock, wake) = shared;
     loop {
-        let (file, seq) = {
+        let (file, seq, len) = {
             let mut state = lock.lock().expect("the loop never panics holding it");
             loop {
                 if state.stopping {
@@ -91,7 +92,8 @@ fn run(shared: &(Mutex<Shared>, Condvar), waker: &Waker) {
         {
             let mut state = lock.lock().expect("the loop never panics holding it");
             match result {
-                Ok(()) => state.synced = state.synced.max(seq),
+                Ok(()) if seq > state.synced.0 => state.synced = (seq, len),
+                Ok(()) => {}
                 Err(error) => state.failed = Some(error.to_string()),
             }
         }

@@ -170,14 +170,39 @@ pub fn check_against(
     Ok(())
 }
 
+/// One lock of one owner changing mode (`None`: not held), for the event
+/// sequence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockChange {
+    pub owner: OwnerRef,
+    pub lock: LockName,
+    pub before: Option<Mode>,
+    pub after: Option<Mode>,
+}
+
 #[derive(Debug, Default)]
 pub struct Allocation {
     locks: HashMap<LockName, LockState>,
     /// Direct holdings of every owner holding at least one lock.
     held: HashMap<OwnerRef, BTreeMap<LockName, Mode>>,
+    /// Every change since the last take, when asked for.
+    changes: Option<Vec<LockChange>>,
 }
 
 impl Allocation {
+    /// From now on every change is kept for [`Allocation::take_changes`].
+    pub fn record_changes(&mut self) {
+        self.changes.get_or_insert_with(Vec::new);
+    }
+
+    /// The changes since the last call, in order.
+    pub fn take_changes(&mut self) -> Vec<LockChange> {
+        self.changes
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
     /// The direct holdings of `owner`, in lock order.
     pub fn holdings(&self, owner: &Owner) -> Option<&BTreeMap<LockName, Mode>> {
         self.held.get(owner)
@@ -260,6 +285,14 @@ impl Allocation {
         let after = entry.action.target();
         if before == after {
             return;
+        }
+        if let Some(changes) = &mut self.changes {
+            changes.push(LockChange {
+                owner: Arc::clone(owner),
+                lock: lock.clone(),
+                before,
+                after,
+            });
         }
         let state = self.locks.entry(lock.clone()).or_default();
         match before {

@@ -184,6 +184,17 @@ impl LockManager {
 
     /// A counter that moves whenever the state changes: equal before and
     /// after an operation means the operation changed nothing.
+    /// From now on every change of a holding is kept for
+    /// [`LockManager::take_lock_changes`] (the event sequence).
+    pub fn record_lock_changes(&mut self) {
+        self.allocation.record_changes();
+    }
+
+    /// The holdings changed since the last call, in order.
+    pub fn take_lock_changes(&mut self) -> Vec<crate::locks::allocation::LockChange> {
+        self.allocation.take_changes()
+    }
+
     pub fn changes(&self) -> u64 {
         self.changes
     }

@@ -42,6 +42,7 @@ use super::core::{
     self as queue_core, Action, Config, Conn, Effect, Input, QueueCore, Restored, Runner,
     RunnerSignal,
 };
+mod events;
 mod wire;
 mod workers;
 
@@ -64,7 +65,8 @@ const SIGNALS: Token = Token(1);
 const INOTIFY: Token = Token(2);
 const WCONFD: Token = Token(3);
 const WORKER_WATCH: Token = Token(4);
-const FIRST_DYNAMIC_TOKEN: usize = 5;
+const EVENTS_SYNCED: Token = Token(5);
+const FIRST_DYNAMIC_TOKEN: usize = 6;
 
 /// The signals luxid sends a runner that the runner handles (cancel,
 /// priority request) or must survive (wconfd's SIGHUP); blocked while it
@@ -120,6 +122,8 @@ struct Shell {
     releases: Vec<(Token, Result<Value, WireError>)>,
     /// Runners to start once the turn's replies are written.
     spawns: Vec<JobId>,
+    /// The event sequence and its held watches.
+    events: events::LuxidEvents,
     /// Set during start-up: a job's end that cannot be written stops it.
     recovery_error: Option<DaemonError>,
     recovering: bool,
@@ -193,7 +197,10 @@ impl Server {
             queue_jobs_max: settings.luxid.queue_jobs_max,
             livelock_dir: livelock_dir.clone(),
         };
-        let (restored, watched) = restored(&queue, &livelock_dir, jobs, finished);
+        let (events, said) =
+            events::LuxidEvents::open(root, &settings, poll.registry(), EVENTS_SYNCED)?;
+        let (mut restored, watched) = restored(&queue, &livelock_dir, jobs, finished);
+        restored.events = said;
         let (core, effects) = QueueCore::new(config, restored, RandomState::new(), Instant::now());
         let mut shell = Shell {
             core,
@@ -216,6 +223,7 @@ impl Server {
             watch_of: HashMap::new(),
             releases: Vec::new(),
             spawns: Vec::new(),
+            events,
             recovery_error: None,
             recovering: false,
             next_token: FIRST_DYNAMIC_TOKEN,
@@ -271,6 +279,7 @@ impl Server {
                     INOTIFY => self.shell.inotify_events(),
                     WCONFD => self.shell.wconfd_event(),
                     WORKER_WATCH => self.shell.worker_watch_event(),
+                    EVENTS_SYNCED => self.shell.events.synced(Instant::now()),
                     token if self.shell.processes.contains_key(&token) => {
                         self.shell.runner_exited(token)
                     }
@@ -306,6 +315,7 @@ impl Server {
             self.shell.core.next_wakeup(),
             self.shell.wconfd.next_wakeup(),
             self.shell.worker_watch.next_wakeup(),
+            self.shell.events.next_wakeup(),
         ]
         .into_iter()
         .flatten()
@@ -316,6 +326,7 @@ impl Server {
     /// Releases the held replies answered so far.
     fn settle_watchers(&mut self) {
         for token in self.connections.take_dropped_holds() {
+            self.shell.events.drop_watch(Conn(token.0));
             self.shell.run(Input::ConnectionGone {
                 conn: Conn(token.0),
             });
@@ -339,6 +350,10 @@ impl Server {
             if self.shell.expire_submission(Conn(token.0)) {
                 continue;
             }
+            if let Some(reply) = self.shell.events.expire(Conn(token.0)) {
+                self.connections.release(token, reply);
+                continue;
+            }
             // The core answers every wait at its deadline; a hold it does
             // not know is one it never had.
             self.connections
@@ -349,6 +364,12 @@ impl Server {
             self.connections.fail_turn(&WireError::generic(format!(
                 "cannot write the job queue: {error}"
             )));
+        }
+        self.shell
+            .events
+            .finish_turn(&self.shell.core, Instant::now());
+        for (token, reply) in self.shell.events.ready() {
+            self.connections.release(token, reply);
         }
         self.connections.reveal();
         for id in std::mem::take(&mut self.shell.spawns) {
@@ -413,6 +434,14 @@ impl Server {
                 "dump: connection"
             );
         }
+        let (first, readable, last, event_watches) = self.shell.events.dump();
+        tracing::info!(
+            first_retained = first,
+            readable,
+            last,
+            held_watches = event_watches,
+            "dump: event sequence"
+        );
         tracing::info!(
             watchers = core.watcher_count(),
             wconfd_calls_waiting = self.shell.wconfd.waiting(),
@@ -474,6 +503,7 @@ impl Shell {
                 }
             };
             match effect {
+                Effect::Events(events) => self.events.append(events),
                 Effect::Reply { conn: _, reply } => {
                     outcome.reply = Some(Reply::Now(wire::wire_reply(reply)))
                 }

@@ -22,6 +22,8 @@ use crate::jobs::{FIELDS, JobId};
 use crate::limits::{QUERY_FIELDS_MAX, SUBMIT_MANY_JOBS_MAX, WAIT_FOR_CHANGE_SECONDS_MAX};
 use crate::text::shortened;
 
+use super::events::WatchEvents;
+
 /// Every LUXI method luxid serves.
 #[derive(Clone, Debug, PartialEq)]
 pub enum LuxiRequest {
@@ -91,6 +93,9 @@ pub enum LuxiRequest {
         what: String,
         fields: Vec<String>,
     },
+    /// luxid's event sequence (extension, EVENTS.md): held until events
+    /// after the position arrive or the timeout passes.
+    WatchEvents(WatchEvents),
 }
 
 impl LuxiRequest {
@@ -154,6 +159,7 @@ impl LuxiRequest {
                     timeout: Duration::from_secs_f64(seconds),
                 }
             }
+            "WatchEvents" => WatchEvents(super::events::WatchEvents::decode(&arity(3)?)?),
             "CancelJob" => match args.len() {
                 1 => CancelJob {
                     id: job_id(&arity(1)?, 0)?,
@@ -253,6 +259,7 @@ impl LuxiRequest {
             QueryConfigValues { .. } => "QueryConfigValues",
             Query { .. } => "Query",
             QueryFields { .. } => "QueryFields",
+            WatchEvents(_) => "WatchEvents",
         }
     }
 
@@ -293,6 +300,7 @@ impl LuxiRequest {
                 filter,
             } => vec![json!(what), json!(fields), filter.clone()],
             QueryFields { what, fields } => vec![json!(what), json!(fields)],
+            WatchEvents(watch) => watch.encode(),
         };
         Request {
             method: self.method().to_owned(),

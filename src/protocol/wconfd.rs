@@ -161,6 +161,9 @@ pub enum WconfdRequest {
         cursor: Option<NoticeCursor>,
         timeout_ms: u64,
     },
+    /// wconfd's event sequence (extension, EVENTS.md): held until events
+    /// after the position arrive or the timeout passes.
+    WatchEvents(super::events::WatchEvents),
 }
 
 impl WconfdRequest {
@@ -204,7 +207,8 @@ impl WconfdRequest {
             | RequestWorkers { .. }
             | ReleaseWorkers { .. }
             | WorkerPrepared { .. }
-            | WatchWorkers { .. } => None,
+            | WatchWorkers { .. }
+            | WatchEvents(_) => None,
         }
     }
 
@@ -438,6 +442,7 @@ impl WconfdRequest {
                     reason: args.string(3)?.to_owned(),
                 }
             }
+            "watchEvents" => WatchEvents(super::events::WatchEvents::decode(&arity(3)?)?),
             "watchWorkers" => {
                 let args = arity(2)?;
                 let timeout_ms = args.u64(1)?;
@@ -507,6 +512,7 @@ impl WconfdRequest {
             ReleaseWorkers { .. } => "releaseWorkers",
             WorkerPrepared { .. } => "workerPrepared",
             WatchWorkers { .. } => "watchWorkers",
+            WatchEvents(_) => "watchEvents",
         }
     }
 
@@ -597,6 +603,7 @@ impl WconfdRequest {
                 reason,
             } => vec![json!(uuid), json!(seq), json!(status), json!(reason)],
             WatchWorkers { cursor, timeout_ms } => vec![encode_cursor(*cursor), json!(timeout_ms)],
+            WatchEvents(watch) => watch.encode(),
         };
         Request {
             method: self.method().to_owned(),

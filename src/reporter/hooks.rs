@@ -50,11 +50,15 @@
 //! `waitid(WNOHANG | WNOWAIT)` and `Child::try_wait`. The three pipes are
 //! non-blocking (mio's pipe types; the flag is on our ends only, the hook
 //! gets ordinary blocking pipes): stdin is written as far as the pipe
-//! takes, and the rest at each later poll, then closed; a hook that never
-//! reads its stdin just leaves the line in the pipe (the line is far
-//! below a pipe's 64 KiB), and one that exits or closes stdin early ends
-//! the write with `EPIPE` (Rust programs ignore SIGPIPE). This needs no
-//! thread per attempt, and nothing outlives the attempt. Output is read as
+//! takes, and the rest at each later poll, then closed. An event's line
+//! is far below a pipe's 64 KiB, so it is almost always written whole at
+//! the start, whether or not the hook reads; a longer one (or a pipe
+//! shrunk by the kernel's per-user pipe quota) waits, partly written,
+//! for the hook to read. A hook that exits or closes stdin early ends the
+//! write with `EPIPE` (Rust programs ignore SIGPIPE; the reporter must
+//! not undo that). Against a writer thread: no thread per attempt, no
+//! thread to outlive a killed hook, and the write ends with the attempt,
+//! whatever the hook does. Output is read as
 //! far as there is some at each poll (a bounded amount, so a hook that
 //! writes without pause cannot hold the caller), so a chatty hook never
 //! stalls on a full pipe for more than one poll interval.
@@ -79,6 +83,7 @@ use nix::unistd::Pid;
 
 use crate::events::Event;
 use crate::limits::{HOOK_RETRIES, HOOKS_RUNNING_MAX};
+use crate::reporter::metrics::Source;
 use crate::sys;
 
 #[cfg(test)]
@@ -104,37 +109,11 @@ const READ_BUFFER_BYTES: usize = 8192;
 /// The reporter's environment variables a hook gets.
 const KEPT_ENVIRONMENT: [&str; 3] = ["PATH", "HOME", "LANG"];
 
-/// The daemon an event comes from.
-///
-/// Stands in for `crate::reporter::metrics::Source` until that exists.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum HookSource {
-    Luxid,
-    Wconfd,
-}
-
-impl HookSource {
-    pub const ALL: [HookSource; 2] = [HookSource::Luxid, HookSource::Wconfd];
-
-    /// As in `WARDEN_EVENT_SOURCE` and the log: `luxid`, `wconfd`.
-    pub fn name(self) -> &'static str {
-        match self {
-            HookSource::Luxid => "luxid",
-            HookSource::Wconfd => "wconfd",
-        }
-    }
-
-    fn index(self) -> usize {
-        match self {
-            HookSource::Luxid => 0,
-            HookSource::Wconfd => 1,
-        }
-    }
-}
-
-impl fmt::Display for HookSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+/// Where a source's runs stand in `Hooks::positions`.
+fn slot(source: Source) -> usize {
+    match source {
+        Source::Luxid => 0,
+        Source::Wconfd => 1,
     }
 }
 
@@ -143,7 +122,7 @@ impl fmt::Display for HookSource {
 pub struct HookOutcome {
     /// The hook: its type prefix.
     pub hook: String,
-    pub source: HookSource,
+    pub source: Source,
     pub seq: u64,
     /// 1 for the first attempt of the run, up to `1 + HOOK_RETRIES`.
     pub attempt: u32,
@@ -219,7 +198,7 @@ pub struct Hooks {
     running: Vec<Attempt>,
     /// Processes killed by [`Hooks::stop`], reaped by later polls.
     stopped: Vec<Child>,
-    /// By [`HookSource::index`].
+    /// By [`slot`].
     positions: [Position; 2],
     /// The `now` of the last poll (construction time before the first).
     last_poll: Instant,
@@ -232,7 +211,7 @@ struct Hook {
 
 /// An event as its runs need it, shared by them.
 struct Offered {
-    source: HookSource,
+    source: Source,
     seq: u64,
     kind: String,
     line: Vec<u8>,
@@ -316,11 +295,11 @@ impl Hooks {
     /// ignored with a warning, except as the first after construction or
     /// [`Hooks::stop`]. Never refuses: the caller keeps to
     /// [`Hooks::has_room`].
-    pub fn offer(&mut self, source: HookSource, event: &Event) {
-        let position = &mut self.positions[source.index()];
+    pub fn offer(&mut self, source: Source, event: &Event) {
+        let position = &mut self.positions[slot(source)];
         if !position.fresh && event.seq <= position.last_offered {
             tracing::warn!(
-                source = source.name(),
+                source = source.as_str(),
                 seq = event.seq,
                 last = position.last_offered,
                 "an event offered to the hooks again or out of order: ignored"
@@ -379,7 +358,10 @@ impl Hooks {
                     let mut attempt = self.running.swap_remove(index);
                     let result = match attempt.child.try_wait() {
                         Ok(Some(status)) => attempt.result(status, self.timeout),
-                        Ok(None) => Err(HookFailure::Lost("exited, yet not reapable".to_owned())),
+                        Ok(None) => {
+                            self.stopped.push(attempt.child);
+                            Err(HookFailure::Lost("exited, yet not reapable".to_owned()))
+                        }
                         Err(error) => Err(HookFailure::Lost(error.to_string())),
                     };
                     self.settle(
@@ -469,10 +451,10 @@ impl Hooks {
     /// offered at or below N has ended (succeeded or been given up): the
     /// position to make durable. Events never offered below the first
     /// unfinished one count as done. 0 before anything is offered.
-    pub fn done_through(&self, source: HookSource) -> u64 {
-        let position = &self.positions[source.index()];
+    pub fn done_through(&self, source: Source) -> u64 {
+        let position = &self.positions[slot(source)];
         match position.unfinished.first_key_value() {
-            Some((&seq, _)) => seq - 1,
+            Some((&seq, _)) => seq.saturating_sub(1),
             None => position.last_offered,
         }
     }
@@ -489,9 +471,9 @@ impl Hooks {
         }
         self.queued.clear();
         self.retrying.clear();
-        for source in HookSource::ALL {
+        for source in Source::ALL {
             let done = self.done_through(source);
-            let position = &mut self.positions[source.index()];
+            let position = &mut self.positions[slot(source)];
             position.last_offered = done;
             position.fresh = true;
             position.unfinished.clear();
@@ -515,7 +497,7 @@ impl Hooks {
         let mut counts: [BTreeMap<u64, usize>; 2] = Default::default();
         let mut count = |run: &Run| {
             assert!(run.hook < self.hooks.len());
-            *counts[run.event.source.index()]
+            *counts[slot(run.event.source)]
                 .entry(run.event.seq)
                 .or_default() += 1;
         };
@@ -531,9 +513,9 @@ impl Hooks {
             assert!((1..=HOOK_RETRIES + 1).contains(&attempt.run.attempts));
             count(&attempt.run);
         }
-        for source in HookSource::ALL {
-            let position = &self.positions[source.index()];
-            assert_eq!(counts[source.index()], position.unfinished);
+        for source in Source::ALL {
+            let position = &self.positions[slot(source)];
+            assert_eq!(counts[slot(source)], position.unfinished);
             if let Some((&last, _)) = position.unfinished.last_key_value() {
                 assert!(last <= position.last_offered);
                 assert!(!position.fresh);
@@ -588,7 +570,7 @@ impl Hooks {
         command
             .env("WARDEN_EVENT_TYPE", &event.kind)
             .env("WARDEN_EVENT_SEQ", event.seq.to_string())
-            .env("WARDEN_EVENT_SOURCE", event.source.name())
+            .env("WARDEN_EVENT_SOURCE", event.source.as_str())
             .current_dir("/")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -634,7 +616,7 @@ impl Hooks {
             Ok(()) => {
                 tracing::debug!(
                     hook,
-                    source = source.name(),
+                    source = source.as_str(),
                     seq,
                     attempt,
                     stdout = %String::from_utf8_lossy(&stdout.0),
@@ -649,7 +631,7 @@ impl Hooks {
                 let retry_at = now + pause;
                 tracing::info!(
                     hook,
-                    source = source.name(),
+                    source = source.as_str(),
                     seq,
                     attempt,
                     why = %failure,
@@ -663,7 +645,7 @@ impl Hooks {
             Err(failure) => {
                 tracing::warn!(
                     hook,
-                    source = source.name(),
+                    source = source.as_str(),
                     seq,
                     attempts = attempt,
                     why = %failure,
@@ -688,7 +670,7 @@ impl Hooks {
 
     /// `run` is over: one fewer run of its event is unfinished.
     fn run_ended(&mut self, run: &Run) {
-        let unfinished = &mut self.positions[run.event.source.index()].unfinished;
+        let unfinished = &mut self.positions[slot(run.event.source)].unfinished;
         let count = unfinished
             .get_mut(&run.event.seq)
             .expect("a pending run's event is unfinished");

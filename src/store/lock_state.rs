@@ -145,12 +145,15 @@ pub struct LockStore {
 }
 
 /// What loading found, for the log.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, PartialEq)]
 pub struct LoadReport {
     pub snapshot_seq: u64,
     pub replayed: usize,
     /// Bytes of an unfinished last write that were zeroed (0: none).
     pub torn_bytes: u64,
+    /// The events the journal holds (the turns since the snapshot), in
+    /// order: the event sequence gets those it lacks.
+    pub events: Vec<crate::events::Event>,
 }
 
 impl LockStore {
@@ -212,6 +215,7 @@ impl LockStore {
             snapshot_seq,
             replayed: replay.replayed,
             torn_bytes: 0,
+            events: replay.events,
         };
         if let Some(torn_end) = replay.torn_end {
             // Zero what the unfinished write left, so that no piece of it
@@ -242,7 +246,29 @@ impl LockStore {
         self.push_record(&encode_worker_op(op, now));
     }
 
+    /// Adds the turn's events (their lines, newline ended) to the turn:
+    /// durable with its other records, one record `{"op": "events",
+    /// "events": [...]}` (replay skips it; loading hands the events back).
+    pub fn record_events<'a>(&mut self, lines: impl Iterator<Item = &'a [u8]>) {
+        let mut json = b"{\"op\":\"events\",\"events\":[".to_vec();
+        for (index, line) in lines.enumerate() {
+            if index > 0 {
+                json.push(b',');
+            }
+            json.extend_from_slice(line.strip_suffix(b"\n").unwrap_or(line));
+        }
+        json.extend_from_slice(b"]}");
+        self.push_json(|buffer| buffer.extend_from_slice(&json));
+    }
+
     fn push_record(&mut self, record: &impl Serialize) {
+        self.push_json(|buffer| {
+            serde_json::to_writer(buffer, record).expect("JSON to a Vec cannot fail")
+        });
+    }
+
+    /// Adds a record whose JSON `write` appends.
+    fn push_json(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
         if self.unwritten.is_empty() {
             self.unwritten_first_seq = self.next_seq;
         }
@@ -254,7 +280,7 @@ impl LockStore {
             .extend_from_slice(&self.next_seq.to_le_bytes());
         self.unwritten
             .extend_from_slice(&self.unwritten_first_seq.to_le_bytes());
-        serde_json::to_writer(&mut self.unwritten, record).expect("JSON to a Vec cannot fail");
+        write(&mut self.unwritten);
         let length = self.unwritten.len() - start - RECORD_HEADER_BYTES;
         let length = u32::try_from(length).expect("a record is far below 4 GiB");
         self.unwritten[start + 4..start + 8].copy_from_slice(&length.to_le_bytes());
@@ -507,6 +533,7 @@ struct Replay {
     /// Set when an unfinished write left bytes beyond the end: they must be
     /// zeroed up to here.
     torn_end: Option<usize>,
+    events: Vec<crate::events::Event>,
 }
 
 /// Replays the records of `bytes` (a whole journal file) after
@@ -522,6 +549,7 @@ fn replay(
     let mut previous: Option<u64> = None;
     let mut last_seq = snapshot_seq;
     let mut replayed = 0;
+    let mut events = Vec::new();
     while let Some(record) = parse_record(bytes, offset) {
         let expected = previous.map_or(snapshot_seq + 1, |seq| seq + 1);
         let follows = match previous {
@@ -548,6 +576,7 @@ fn replay(
                     // Journaled only once accepted, so it is accepted again.
                     let _ = workers.apply(&op, now);
                 }
+                Journaled::Events(mut turn) => events.append(&mut turn),
             }
             last_seq = record.seq;
             replayed += 1;
@@ -590,6 +619,7 @@ fn replay(
         last_seq,
         replayed,
         torn_end,
+        events,
     })
 }
 
@@ -921,6 +951,7 @@ impl Serialize for LockModesJson<'_> {
 enum Journaled {
     Lock(LockOp),
     Worker(WorkerOp, f64),
+    Events(Vec<crate::events::Event>),
 }
 
 /// A worker call's record: `op` (the wconfd method), `now`, and the
@@ -1041,6 +1072,17 @@ fn decode_record(payload: &[u8]) -> Result<Journaled, String> {
         .get("op")
         .and_then(Value::as_str)
         .ok_or("no string field 'op'")?;
+    if op_name == "events" {
+        let events = value
+            .get("events")
+            .and_then(Value::as_array)
+            .ok_or("events is not a list")?
+            .iter()
+            .map(|event| crate::events::Event::decode(event.to_string().as_bytes()))
+            .collect::<Result<_, _>>()
+            .map_err(|what| format!("an event: {what}"))?;
+        return Ok(Journaled::Events(events));
+    }
     if let Some(op) = decode_worker_op(op_name, &value)? {
         let now = value
             .get("now")
@@ -1369,7 +1411,9 @@ mod tests {
             );
             match decode_record(&written).expect("decodes") {
                 Journaled::Lock(decoded) => assert_eq!(decoded, op),
-                Journaled::Worker(..) => panic!("a lock record read as a worker call"),
+                Journaled::Worker(..) | Journaled::Events(_) => {
+                    panic!("a lock record read as something else")
+                }
             }
         }
     }

@@ -7,6 +7,7 @@
 //! client that can connect sees a cleaned state ("connect succeeds" means
 //! "ready").
 
+mod events;
 mod server;
 mod workers;
 
@@ -86,6 +87,7 @@ pub fn start(root: &Path) -> Result<Server, DaemonError> {
             "zeroed the unfinished last write of the lock journal (it was never acknowledged)"
         );
     }
+    let events = events::WconfdEvents::open(root, &settings, &report.events)?;
     let config = ConfigStore::open(root, unix_now())?;
     let livelock = crate::daemon::daemon_livelock(&livelock_dir, "wconf-daemon").map_err(
         io_error("cannot create the daemon's livelock in", &livelock_dir),
@@ -95,6 +97,7 @@ pub fn start(root: &Path) -> Result<Server, DaemonError> {
     let mut server = Server::new(
         settings,
         (store, manager, registry),
+        events,
         config,
         livelock,
         livelock_dir,

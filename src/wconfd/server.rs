@@ -35,8 +35,8 @@ use crate::daemon::{self, Admission};
 use crate::liveness::{self, Livelock};
 use crate::locks::{Entry, Level, LockManager, LockName, LockOp, Mode, OpOutcome, Owner, Priority};
 use crate::protocol::wconfd::{
-    DecodeLimits, WconfdRequest, encode_lock_modes, encode_locks, encode_locks_owners,
-    encode_owners, encode_pending, encode_waiter, lock_error,
+    DecodeLimits, WconfdRequest, encode_entry, encode_lock_modes, encode_locks,
+    encode_locks_owners, encode_owners, encode_pending, encode_waiter, lock_error,
 };
 use crate::protocol::{WireError, parse_request};
 use crate::settings::Settings;
@@ -45,6 +45,7 @@ use crate::store::lock_state::LockStore;
 use crate::sys;
 use crate::workers::{Registry as WorkerRegistry, WorkerError, WorkerOp};
 
+use super::events::{Via, WconfdEvents};
 use super::workers::{Outbox, encode_listing, worker_object};
 
 const SIGNALS: Token = Token(1);
@@ -85,6 +86,10 @@ struct State {
     workers: WorkerRegistry,
     /// What luxid must act on, for its `watchWorkers`.
     outbox: Outbox,
+    /// The event sequence and its held watches.
+    events: WconfdEvents,
+    /// Set while `awaitLocks` runs its request: its grant came by await.
+    via_await: bool,
     config: ConfigStore,
     next_token: usize,
     awaits: HashMap<Arc<Owner>, Await>,
@@ -109,12 +114,15 @@ struct State {
 impl Server {
     pub(super) fn new(
         settings: Settings,
-        (store, manager, workers): (LockStore, LockManager, WorkerRegistry),
+        (store, mut manager, mut workers): (LockStore, LockManager, WorkerRegistry),
+        events: WconfdEvents,
         config: ConfigStore,
         livelock: Livelock,
         livelock_dir: PathBuf,
         instance_lock: File,
     ) -> Result<Server, DaemonError> {
+        manager.record_lock_changes();
+        workers.record_transitions();
         let poll = Poll::new().map_err(io_error("cannot create", Path::new("epoll")))?;
         let mut signals = Signals::new([SIGTERM, SIGINT, SIGUSR2, SIGHUP])
             .map_err(io_error("cannot handle signals", Path::new("-")))?;
@@ -161,6 +169,8 @@ impl Server {
                 workers,
                 // A run's notices are numbered apart from every other's.
                 outbox: Outbox::new((unix_now() * 1e6) as u64),
+                events,
+                via_await: false,
                 config,
                 next_token: FIRST_DYNAMIC_TOKEN,
                 awaits: HashMap::new(),
@@ -275,6 +285,7 @@ impl Server {
         for token in self.connections.take_dropped_holds() {
             self.state.end_await_of_token(token);
             self.state.outbox.end_watch(token);
+            self.state.events.drop_watch(token);
         }
         for (token, reply) in std::mem::take(&mut self.state.releases) {
             self.connections.release(token, reply);
@@ -285,6 +296,10 @@ impl Server {
         for token in self.connections.expired(now) {
             if let Some(batch) = self.state.outbox.end_watch(token) {
                 self.connections.release(token, Ok(batch));
+                continue;
+            }
+            if let Some(reply) = self.state.events.expire(token) {
+                self.connections.release(token, reply);
                 continue;
             }
             let reply = match self.state.end_await_of_token(token) {
@@ -344,6 +359,9 @@ impl Server {
             self.connections.release(token, Ok(batch));
         }
         self.state.commit()?;
+        for (token, reply) in self.state.events.ready() {
+            self.connections.release(token, reply);
+        }
         self.connections.reveal();
         for owner in sighups {
             if let Err(error) = sys::send_signal(owner.pid, Signal::SIGHUP) {
@@ -353,6 +371,8 @@ impl Server {
         let state = &mut self.state;
         if state.store.journal_bytes() > state.settings.wconfd.snapshot_journal_bytes_max {
             let started = Instant::now();
+            // The journal's copy of the events goes with it.
+            state.events.sync_before_snapshot()?;
             state
                 .store
                 .write_snapshot(&state.manager, &state.workers)
@@ -395,6 +415,8 @@ impl Server {
             worker_notices = state.outbox.kept(),
             "state dump"
         );
+        let (first_retained, last, held_watches) = state.events.dump();
+        tracing::info!(first_retained, last, held_watches, "dump: event sequence");
         tracing::info!(
             "journal: {}, {} B in this round, {} turns written",
             state.store.journal_io(),
@@ -629,6 +651,10 @@ impl State {
                     Err(reason)
                 },
             }),
+            R::WatchEvents(watch) => match self.events.watch(token, &watch) {
+                Some(reply) => reply,
+                None => return Reply::Held(Instant::now() + watch.timeout),
+            },
             R::WatchWorkers { cursor, timeout_ms } => {
                 match self
                     .outbox
@@ -653,6 +679,8 @@ impl State {
             .apply(&op, now)
             .map_err(|error| worker_error(&error))?;
         self.store.record_worker(&op, now);
+        self.events
+            .worker_transitions(self.workers.take_transitions());
         self.outbox.add(&effects, &self.workers);
         if cfg!(debug_assertions) {
             self.workers.check_invariants();
@@ -662,14 +690,56 @@ impl State {
 
     /// Runs one lock operation: the one way the state changes.
     fn run(&mut self, op: LockOp) -> OpOutcome {
+        let had_pending = self.manager.has_pending_request(op.owner());
         let before = self.manager.changes();
         let outcome = self.manager.apply(&op);
         if self.manager.changes() != before {
             self.store.record(&op);
         }
+        self.note_events(&op, &outcome, had_pending);
         self.turn_granted.extend(outcome.granted().iter().cloned());
         self.turn_owners.push(Arc::new(op.owner().clone()));
         outcome
+    }
+
+    /// The events of one lock operation: the holdings it changed, a
+    /// request left waiting, or one that ended without a grant.
+    fn note_events(&mut self, op: &LockOp, outcome: &OpOutcome, had_pending: bool) {
+        let owner = op.owner();
+        let changes = self.manager.take_lock_changes();
+        let granted_self = changes
+            .iter()
+            .any(|change| *change.owner == *owner && change.after.is_some());
+        if !changes.is_empty() {
+            let own = match op {
+                LockOp::UpdateWaiting { .. } if self.via_await => Via::Await,
+                LockOp::UpdateWaiting { .. } => Via::Waiting,
+                _ => Via::Direct,
+            };
+            let awaits = &self.awaits;
+            self.events.lock_changes(changes, |who| {
+                if **who == *owner {
+                    own
+                } else if awaits.contains_key(who) {
+                    Via::Await
+                } else {
+                    Via::Waiting
+                }
+            });
+        }
+        if let (
+            LockOp::UpdateWaiting {
+                priority, request, ..
+            },
+            OpOutcome::Update(Ok(update)),
+        ) = (op, outcome)
+            && !update.blockers.is_empty()
+        {
+            self.events
+                .waiting(owner, *priority, request, &update.blockers);
+        } else if had_pending && !granted_self && !self.manager.has_pending_request(owner) {
+            self.events.withdrawn(owner);
+        }
     }
 
     /// Whether `owner` may write the configuration.
@@ -708,6 +778,7 @@ impl State {
             Ok(changed) => {
                 if changed {
                     tracing::info!(serial_no = self.config.serial_no(), "config.data written");
+                    self.events.config_written(self.config.serial_no());
                 }
                 Ok(())
             }
@@ -730,11 +801,13 @@ impl State {
         request: Vec<Entry>,
         timeout_ms: u64,
     ) -> Reply {
+        self.via_await = true;
         let outcome = self.run(LockOp::UpdateWaiting {
             owner: owner.clone(),
             priority,
             request: request.clone(),
         });
+        self.via_await = false;
         let blockers = match outcome {
             OpOutcome::Update(Ok(update)) => update.blockers,
             OpOutcome::Update(Err(error)) => return Reply::Now(Err(lock_error(&error))),
@@ -784,13 +857,14 @@ impl State {
     /// Makes the journal records of the turn durable. A failure cannot be
     /// retried as if it had worked: wconfd stops (DECISIONS D8).
     fn commit(&mut self) -> Result<(), DaemonError> {
+        self.events.record(&mut self.store);
         if self.store.has_unwritten() {
             self.store
                 .commit()
                 .map_err(durability_lost(self.store.journal_path()))?;
             self.commits += 1;
         }
-        Ok(())
+        self.events.written()
     }
 
     // ----- liveness -----
@@ -806,9 +880,21 @@ impl State {
                 continue;
             }
             if liveness::is_dead(Path::new(&owner.livelock)) {
-                let held = self.manager.list_locks(owner).len();
-                let waited = self.manager.has_pending_request(owner);
-                tracing::info!(%owner, held, waited, "owner is dead: freeing its locks");
+                let held = self.manager.list_locks(owner);
+                let waited = self
+                    .manager
+                    .list_pending()
+                    .into_iter()
+                    .find(|pending| *pending.owner == **owner)
+                    .map(|pending| {
+                        Value::Array(pending.request.iter().map(encode_entry).collect())
+                    });
+                tracing::info!(%owner, held = held.len(), waited = waited.is_some(), "owner is dead: freeing its locks");
+                let held: Vec<(String, Mode)> = held
+                    .into_iter()
+                    .map(|(lock, mode)| (lock.to_string(), mode))
+                    .collect();
+                self.events.owner_dead(owner, &held, waited);
                 self.run(LockOp::FreeLocks {
                     owner: Owner::clone(owner),
                 });

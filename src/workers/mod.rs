@@ -332,6 +332,19 @@ pub struct SavedRegistry {
     pub prepare_seq_high: u64,
 }
 
+/// A worker's change, for the event sequence (EVENTS.md `worker.*`):
+/// `old` is `None` at registration, `new` at deregistration; equal for a
+/// change of groups.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Transition {
+    pub uuid: String,
+    pub old: Option<State>,
+    pub new: Option<State>,
+    pub holder: Option<JobId>,
+    pub reason: Option<String>,
+    pub groups: Vec<String>,
+}
+
 /// The registry.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Registry {
@@ -354,11 +367,40 @@ pub struct Registry {
     became_idle: Vec<String>,
     /// `[workers] quarantine_after` (0: off).
     quarantine_after: usize,
+    /// Every change of a worker since the last take, when asked for.
+    transitions: Option<Vec<Transition>>,
 }
 
 impl Registry {
     pub fn new() -> Registry {
         Registry::default()
+    }
+
+    /// From now on every change of a worker is kept for
+    /// [`Registry::take_transitions`].
+    pub fn record_transitions(&mut self) {
+        self.transitions.get_or_insert_with(Vec::new);
+    }
+
+    /// The changes since the last call, in order.
+    pub fn take_transitions(&mut self) -> Vec<Transition> {
+        self.transitions
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    fn note(&mut self, worker: &Worker, old: Option<State>, new: Option<State>) {
+        if let Some(transitions) = &mut self.transitions {
+            transitions.push(Transition {
+                uuid: worker.uuid.clone(),
+                old,
+                new,
+                holder: worker.holder,
+                reason: worker.fail_reason.clone(),
+                groups: worker.groups.iter().cloned().collect(),
+            });
+        }
     }
 
     /// A registry that quarantines a worker after `after` holders in a
@@ -587,8 +629,9 @@ impl Registry {
         }
         let mut effects = Vec::new();
         let Some(worker) = self.workers.get(&uuid) else {
+            let key = uuid.clone();
             self.workers.insert(
-                uuid.clone(),
+                key.clone(),
                 Worker {
                     uuid,
                     caps,
@@ -605,6 +648,10 @@ impl Registry {
                     history: VecDeque::new(),
                 },
             );
+            if self.transitions.is_some() {
+                let worker = self.workers[&key].clone();
+                self.note(&worker, None, Some(State::Maintenance));
+            }
             return Ok(effects);
         };
         let changed = worker.caps != caps || worker.address != address;
@@ -651,6 +698,7 @@ impl Registry {
             return Err(WorkerError::NotFailedOrMaintenance);
         }
         let worker = self.workers.remove(uuid).expect("looked up above");
+        self.note(&worker, Some(worker.state), None);
         let mut effects = Vec::new();
         self.end_impossible_waiters(&worker, &mut effects);
         Ok(effects)
@@ -753,6 +801,10 @@ impl Registry {
         }
         let worker = self.workers.get_mut(uuid).expect("looked up above");
         worker.groups = groups;
+        if self.transitions.is_some() {
+            let worker = self.workers[uuid].clone();
+            self.note(&worker, Some(worker.state), Some(worker.state));
+        }
         let mut effects = Vec::new();
         self.end_impossible_waiters(&was, &mut effects);
         if idle {
@@ -907,11 +959,12 @@ impl Registry {
         }
         let mut effects = Vec::new();
         for uuid in uuids {
-            self.enter(uuid, State::Running, now, &mut effects);
+            // The holder first, so the change names it.
             if let Some(worker) = self.workers.get_mut(uuid) {
                 worker.holder = Some(job);
                 worker.held_since = now;
             }
+            self.enter(uuid, State::Running, now, &mut effects);
             self.holdings.entry(job).or_default().insert(uuid.clone());
         }
         debug_assert!(effects.is_empty());
@@ -1065,8 +1118,14 @@ impl Registry {
         }
         let worker = self.workers.get_mut(uuid).expect("looked up above");
         let was_idle = worker.state == State::Idle;
+        let old = worker.state;
         worker.state = state;
         worker.since = now;
+        if self.transitions.is_some() {
+            let worker = self.workers[uuid].clone();
+            self.note(&worker, Some(old), Some(state));
+        }
+        let worker = self.workers.get_mut(uuid).expect("looked up above");
         match state {
             // It waits for the job it was taken from (see `set_fail`).
             State::Prepare if self.draining.contains_key(uuid) => {}

@@ -17,9 +17,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use warden::events::Event;
 use warden::jobs::{Job, JobId, QueuedOpcode, Status, Timestamp};
 use warden::luxid::core::{
-    Action, Answer, Command, Config, Conn, Effect, Input, QueueCore, Refusal, Reply, Restored,
+    Action, Answer, Command, Config, Conn, Effect, Input, JobEvents, QueueCore, Refusal, Reply,
+    Restored,
 };
 use warden::queue::FinishedJob;
 
@@ -430,6 +432,9 @@ pub struct World {
     exited: Vec<JobId>,
     /// Every start of a runner, in order.
     pub started: Vec<JobId>,
+    /// The event sequence, as luxid's shell would keep it.
+    events: Vec<Event>,
+    restarts: usize,
 }
 
 impl World {
@@ -442,8 +447,12 @@ impl World {
         let now = Instant::now();
         let (core, effects) =
             QueueCore::new(config.clone(), Restored::default(), RandomState::new(), now);
-        assert!(effects.is_empty());
-        World {
+        // An empty queue asks for nothing but its first event.
+        assert!(
+            matches!(effects.as_slice(), [Effect::Events(_)]),
+            "{effects:?}"
+        );
+        let mut world = World {
             core,
             config,
             now,
@@ -454,7 +463,11 @@ impl World {
             next_pid: 1000,
             exited: Vec::new(),
             started: Vec::new(),
-        }
+            events: Vec::new(),
+            restarts: 0,
+        };
+        world.carry_out(effects);
+        world
     }
 
     /// Runs a step as luxid's loop would: the event, then the end of the
@@ -537,11 +550,127 @@ impl World {
             }
             Step::Restart => self.restart(),
         }
+        self.check_events();
         seen
     }
 
     fn check(&self) {
         self.core.check_invariants();
+    }
+
+    fn events_of(&self, id: JobId) -> String {
+        let lines: Vec<String> = self
+            .events
+            .iter()
+            .filter(|event| {
+                event
+                    .fields
+                    .get("id")
+                    .and_then(Value::as_u64)
+                    .is_none_or(|of| of == id)
+            })
+            .map(|event| format!("{} {} {:?}", event.seq, event.kind, event.fields))
+            .collect();
+        lines.join("\n")
+    }
+
+    /// The event sequence tells every job's life once and in order, and
+    /// agrees with the core's copy of each job.
+    fn check_events(&self) {
+        #[derive(Default)]
+        struct Told {
+            submitted: bool,
+            status: Option<String>,
+            last_key: Option<(u64, u8)>,
+            finished: bool,
+            archived: bool,
+        }
+        let rank = |status: &str| match status {
+            "waiting" => 1,
+            "running" => 2,
+            "canceling" => 3,
+            _ => 4,
+        };
+        let mut told: BTreeMap<JobId, Told> = BTreeMap::new();
+        for (index, event) in self.events.iter().enumerate() {
+            assert_eq!(
+                event.seq,
+                index as u64 + 1,
+                "events are numbered without a gap"
+            );
+            let Some(id) = event.fields.get("id").and_then(Value::as_u64) else {
+                continue;
+            };
+            let job = told.entry(id).or_default();
+            let text = |name: &str| event.fields[name].as_str().unwrap().to_owned();
+            assert!(
+                !job.archived,
+                "event {} of job {id} after its archiving",
+                event.seq
+            );
+            match event.kind.as_str() {
+                "job.submitted" => {
+                    assert!(
+                        !job.submitted,
+                        "job {id} submitted twice (event {})",
+                        event.seq
+                    );
+                    job.submitted = true;
+                }
+                "job.status" => {
+                    assert!(
+                        job.submitted && !job.finished,
+                        "job {id}: event {}",
+                        event.seq
+                    );
+                    let old = job.status.clone().unwrap_or_else(|| "queued".to_owned());
+                    assert_eq!(
+                        text("old"),
+                        old,
+                        "job {id}: event {} follows the last: {}",
+                        event.seq,
+                        self.events_of(id)
+                    );
+                    let key = (event.fields["opcode"].as_u64().unwrap(), rank(&text("new")));
+                    assert!(
+                        job.last_key < Some(key),
+                        "job {id}: event {} goes back",
+                        event.seq
+                    );
+                    job.last_key = Some(key);
+                    job.status = Some(text("new"));
+                }
+                "job.finished" => {
+                    assert!(
+                        job.submitted && !job.finished,
+                        "job {id}: event {}",
+                        event.seq
+                    );
+                    assert_eq!(Some(text("status")), job.status, "job {id}: its end");
+                    job.finished = true;
+                }
+                "job.archived" => {
+                    assert!(job.finished, "job {id} archived unfinished");
+                    job.archived = true;
+                }
+                _ => {}
+            }
+        }
+        for id in self.disk.keys() {
+            let Some(job) = self.core.job(*id) else {
+                continue;
+            };
+            let status = job.status();
+            let said = told.get(id);
+            assert!(
+                said.is_some_and(|said| said.submitted && !said.archived),
+                "job {id} untold"
+            );
+            let said = said.unwrap();
+            let said_status = said.status.clone().unwrap_or_else(|| "queued".to_owned());
+            assert_eq!(said_status, status.name(), "job {id}: the events' status");
+            assert_eq!(said.finished, status.is_final(), "job {id}: finished told");
+        }
     }
 
     fn request(&mut self, command: Command) -> Seen {
@@ -591,9 +720,19 @@ impl World {
 
     /// A new core from the disk; the runners live on.
     fn restart(&mut self) {
+        // A crash of the machine may take the last events that were not
+        // yet synced (never seen by a reader): the restart says them again.
+        self.restarts += 1;
+        let lost = self.restarts % 4;
+        self.events.truncate(self.events.len().saturating_sub(lost));
+        let mut said = JobEvents::default();
+        for event in &self.events {
+            said.replay(event);
+        }
         let mut restored = Restored {
             serial: self.core.serial(),
             drained: self.drained,
+            events: said,
             ..Restored::default()
         };
         for job in self.disk.values() {
@@ -658,6 +797,16 @@ impl World {
         while let Some(effect) = todo.pop_front() {
             let mut inputs = Vec::new();
             match effect {
+                Effect::Events(events) => {
+                    for event in events {
+                        self.events.push(Event {
+                            seq: self.events.len() as u64 + 1,
+                            ts: Timestamp(0, 0),
+                            kind: event.kind.to_owned(),
+                            fields: event.fields,
+                        });
+                    }
+                }
                 Effect::Reply { reply, .. } => carried.reply = Some(reply),
                 Effect::Hold { .. } | Effect::Release { .. } => {}
                 Effect::Do { ticket, action } => {

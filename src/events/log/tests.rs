@@ -119,10 +119,10 @@ fn the_sequence_goes_on_across_reopening_and_segments_without_a_gap() {
             last: 25
         })
     ));
-    let (file, last) = log.sync_handle().expect("a handle").expect("a file");
+    let (file, last, len) = log.sync_handle().expect("a handle").expect("a file");
     assert_eq!(last, 26);
     file.sync_data().expect("synced");
-    log.mark_synced(last);
+    log.mark_synced(last, len);
     assert!(!log.unsynced());
     let (events, next) = log.read_after(Some(0), None, 100).expect("read");
     assert_eq!(seqs(&events), (1..=26).collect::<Vec<u64>>());

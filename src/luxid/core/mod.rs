@@ -32,6 +32,7 @@ use crate::limits::SUBMIT_MANY_JOBS_MAX;
 use crate::liveness::job_livelock_name;
 use crate::queue::FinishedJob;
 
+mod events;
 mod requests;
 mod runners;
 #[cfg(test)]
@@ -39,6 +40,8 @@ mod tests;
 mod workers;
 
 use crate::limits::{DEAD_JOB_WRITE_RETRY_INTERVAL, RELEASE_PROBE_INTERVAL};
+
+pub use events::{JobEvents, NewEvent};
 
 /// A client connection, as the shell names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -79,6 +82,9 @@ pub struct Restored {
     /// Of those with a recorded pid, the ones whose process the shell
     /// watches (its pidfd opened).
     pub watched: BTreeSet<JobId>,
+    /// What the event sequence said of the jobs (its checkpoint and the
+    /// events after it): the start gives what it missed.
+    pub events: JobEvents,
 }
 
 /// A signal luxid sends a runner, which the runner handles.
@@ -270,6 +276,9 @@ pub enum Action {
 /// What the core asks of the shell.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Effect {
+    /// Append these to the event sequence, in order (each describes a
+    /// change already durable).
+    Events(Vec<NewEvent>),
     /// The answer to the request being handled.
     Reply {
         conn: Conn,
@@ -528,6 +537,8 @@ pub struct QueueCore {
     prepare_of: BTreeMap<JobId, opcode::PrepareOf>,
     /// Effects of jobs ending, added to the effects of the current input.
     ended: Vec<Effect>,
+    /// What the event sequence has said of each job.
+    events: JobEvents,
 }
 
 /// Where a runner of `job` keeps its livelock: the recorded one, else the
@@ -596,8 +607,10 @@ impl QueueCore {
             prepare_jobs: BTreeMap::new(),
             prepare_of: BTreeMap::new(),
             ended: Vec::new(),
+            events: restored.events,
         };
         let mut effects = Vec::new();
+        core.reconcile_events(&restored.jobs);
         for job in restored.jobs {
             let id = job.id;
             core.serial = core.serial.max(id);
@@ -662,8 +675,57 @@ impl QueueCore {
             core.serial = core.serial.max(*id);
         }
         core.restored_runners = core.runners.len();
+        let max_running = core.config.max_running_jobs;
+        core.events.started(max_running, core.drained);
+        core.push_events(&mut effects);
         core.debug_check();
         (core, effects)
+    }
+
+    /// What the sequence missed while luxid was down (or had not yet seen
+    /// when it crashed): every job's missing steps, in id order, and the
+    /// archiving of jobs no longer in the queue.
+    fn reconcile_events(&mut self, jobs: &[Job]) {
+        let mut present = BTreeSet::new();
+        let mut in_order: Vec<&Job> = jobs.iter().collect();
+        in_order.sort_by_key(|job| job.id);
+        let mut finished = self.finished.values().peekable();
+        for job in in_order {
+            // The finished jobs in between, by id, so that submissions are
+            // said in id order.
+            while let Some(done) = finished.next_if(|done| done.id < job.id) {
+                present.insert(done.id);
+                if !self.events.said_finished(done.id) {
+                    self.events.observe(&done.job());
+                }
+            }
+            present.insert(job.id);
+            self.events.observe(job);
+        }
+        for done in finished {
+            present.insert(done.id);
+            if !self.events.said_finished(done.id) {
+                self.events.observe(&done.job());
+            }
+        }
+        let gone: Vec<JobId> = self
+            .events
+            .known()
+            .filter(|id| !present.contains(id))
+            .collect();
+        for id in gone {
+            self.events.archived(id);
+        }
+    }
+
+    /// The input's events go first: the shell carries out what later
+    /// effects lead to (with their own events) before the effects after
+    /// them, and the sequence must keep the order the changes were made.
+    fn push_events(&mut self, effects: &mut Vec<Effect>) {
+        let events = self.events.take();
+        if !events.is_empty() {
+            effects.insert(0, Effect::Events(events));
+        }
     }
 
     /// Runs one input.
@@ -705,6 +767,7 @@ impl QueueCore {
             Input::Tick => self.tick(now, &mut effects),
         }
         effects.append(&mut self.ended);
+        self.push_events(&mut effects);
         self.debug_check();
         effects
     }
@@ -715,6 +778,12 @@ impl QueueCore {
     }
 
     // ----- read-only accessors -----
+
+    /// What the event sequence has said of the jobs, in its saved form
+    /// (luxid's checkpoint).
+    pub fn saved_events(&self) -> Value {
+        self.events.save()
+    }
 
     /// A job of the queue (not archived), decoded if it is finished.
     pub fn job(&self, id: JobId) -> Option<Cow<'_, Job>> {
@@ -807,8 +876,11 @@ impl QueueCore {
     }
 
     /// Keeps `job` as the queue's copy: finished ones encoded.
+    /// Every copy put here is durable (a commit, a write luxid made, a
+    /// runner's file), so the event sequence hears of it here.
     fn put(&mut self, job: Job) {
         let id = job.id;
+        self.events.observe(&job);
         if job.is_final() {
             if self.jobs.contains_key(&id) {
                 self.job_ended(&job);
@@ -827,6 +899,7 @@ impl QueueCore {
 
     fn archived(&mut self, id: JobId) {
         self.finished.remove(&id);
+        self.events.archived(id);
         if let Some(of) = self.prepare_of.remove(&id) {
             self.prepare_jobs.remove(&of);
         }

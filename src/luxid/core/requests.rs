@@ -465,6 +465,7 @@ impl QueueCore {
                 let reply = match result {
                     Ok(()) => {
                         self.drained = drained;
+                        self.events.drain(drained);
                         Ok(Answer::DrainSet)
                     }
                     Err(error) => failed(format!("cannot set the drain flag: {error}")),

@@ -61,6 +61,11 @@ impl QueueCore {
             return;
         }
         for &id in &new_jobs {
+            if let Some(job) = self.jobs.get(&id) {
+                self.events.observe(job);
+            }
+        }
+        for &id in &new_jobs {
             if let (Some(request), Some(job)) = (self.worker_requests.get(&id), self.jobs.get(&id))
             {
                 effects.push(Effect::RequestWorkers {

@@ -55,6 +55,22 @@ fn running(job: Job, pid: u32) -> Job {
 struct Driver {
     core: QueueCore,
     now: Instant,
+    /// The events the core gave, kept apart from its other effects.
+    events: Vec<NewEvent>,
+}
+
+/// The effects but the events, which go to `events`.
+fn without_events(effects: Vec<Effect>, events: &mut Vec<NewEvent>) -> Vec<Effect> {
+    effects
+        .into_iter()
+        .filter_map(|effect| match effect {
+            Effect::Events(mut given) => {
+                events.append(&mut given);
+                None
+            }
+            other => Some(other),
+        })
+        .collect()
 }
 
 impl Driver {
@@ -67,13 +83,27 @@ impl Driver {
         let (core, effects) =
             QueueCore::new(config(max_running_jobs), restored, RandomState::new(), now);
         core.check_invariants();
-        (Driver { core, now }, effects)
+        let mut events = Vec::new();
+        let effects = without_events(effects, &mut events);
+        (Driver { core, now, events }, effects)
     }
 
     fn feed(&mut self, input: Input) -> Vec<Effect> {
         let effects = self.core.handle(input, self.now);
         self.core.check_invariants();
-        effects
+        without_events(effects, &mut self.events)
+    }
+
+    /// The kinds of the events given since the last call, with the job
+    /// each names (0: none).
+    fn take_events(&mut self) -> Vec<(&'static str, u64)> {
+        std::mem::take(&mut self.events)
+            .into_iter()
+            .map(|event| {
+                let id = event.fields.get("id").and_then(Value::as_u64).unwrap_or(0);
+                (event.kind, id)
+            })
+            .collect()
     }
 
     fn request(&mut self, command: Command) -> Vec<Effect> {
@@ -735,6 +765,7 @@ fn a_runner_that_found_another_one_follows_it() {
 #[test]
 fn start_up_follows_live_runners_and_ends_dead_ones() {
     let restored = Restored {
+        events: JobEvents::default(),
         serial: 3,
         drained: false,
         jobs: vec![
@@ -876,4 +907,82 @@ fn a_job_its_runner_ended_before_dying_ends_once_its_livelock_is_released() {
         "as its runner wrote it"
     );
     assert!(!driver.core.is_started(1));
+}
+
+#[test]
+fn the_events_tell_each_step_once_however_many_one_file_write_made() {
+    let mut driver = Driver::new(1);
+    assert_eq!(driver.take_events(), [("queue.started", 0)]);
+    driver.submit(vec![job(1, 0, &[]), job(2, 0, &[])]);
+    assert_eq!(
+        driver.take_events(),
+        [("job.submitted", 1), ("job.submitted", 2)]
+    );
+    // One write of the runner took job 1 from queued to its end.
+    let mut done = with_status(running(job(1, 0, &[]), 101), Status::Success);
+    done.ops[0].start_timestamp = Some(crate::jobs::Timestamp(10, 0));
+    done.ops[0].exec_timestamp = Some(crate::jobs::Timestamp(11, 0));
+    driver.feed(Input::JobFileChanged { job: done.clone() });
+    let statuses: Vec<String> = driver
+        .events
+        .iter()
+        .filter(|event| event.kind == "job.status")
+        .map(|event| format!("{}>{}", event.fields["old"], event.fields["new"]))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            "\"queued\">\"waiting\"",
+            "\"waiting\">\"running\"",
+            "\"running\">\"success\""
+        ]
+    );
+    assert_eq!(
+        driver.take_events(),
+        [
+            ("job.status", 1),
+            ("job.status", 1),
+            ("job.status", 1),
+            ("job.finished", 1)
+        ]
+    );
+    // The same file again says nothing new.
+    driver.feed(Input::JobFileChanged { job: done });
+    assert_eq!(driver.take_events(), []);
+    let effects = driver.request(Command::Archive { id: 1 });
+    driver.do_ok(&effects);
+    assert_eq!(driver.take_events(), [("job.archived", 1)]);
+    // A restart from what the sequence said gives nothing twice; job 2,
+    // which ran to its end while luxid was down, gets its steps.
+    let mut said = JobEvents::default();
+    let saved = driver.core.saved_events();
+    let restored_said = JobEvents::restore(&saved).expect("restored");
+    said.replay(&crate::events::Event {
+        seq: 1,
+        ts: crate::jobs::Timestamp(0, 0),
+        kind: "job.submitted".to_owned(),
+        fields: serde_json::from_value(json!({"id": 2, "priority": 0})).unwrap(),
+    });
+    assert_eq!(restored_said.save()["open"], said.save()["open"]);
+    assert_eq!(restored_said.save()["finished"], json!([]));
+    let mut ended = with_status(job(2, 0, &[]), Status::Error);
+    ended.ops[0].start_timestamp = Some(crate::jobs::Timestamp(12, 0));
+    let (mut restarted, _) = Driver::restored(
+        1,
+        Restored {
+            serial: 2,
+            finished: vec![FinishedJob::new(&ended)],
+            events: restored_said,
+            ..Restored::default()
+        },
+    );
+    assert_eq!(
+        restarted.take_events(),
+        [
+            ("job.status", 2),
+            ("job.status", 2),
+            ("job.finished", 2),
+            ("queue.started", 0)
+        ]
+    );
 }

@@ -36,6 +36,12 @@ impl Shell {
         refused: &BTreeMap<usize, String>,
     ) -> Reply {
         let command = match request {
+            LuxiRequest::WatchEvents(watch) => {
+                return match self.events.watch(conn, &watch) {
+                    Some(reply) => Reply::Now(reply),
+                    None => Reply::Held(Instant::now() + watch.timeout),
+                };
+            }
             LuxiRequest::SubmitJob { ops } => Command::Submit {
                 jobs: vec![refused_or(refused, 0, || self.build_job(&ops, 0))],
                 ignore_drain: false,

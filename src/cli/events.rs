@@ -1,0 +1,223 @@
+//! `warden events`: both daemons' event sequences, merged by time, one
+//! line an event (a JSON object a line with `--json`); with `--follow`,
+//! held `WatchEvents` on both, printed as they come.
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::output::{Output, utc_time};
+use super::{CliError, CliResult, connect};
+use crate::client::{Client, ClientError, Daemon};
+use crate::events::Event;
+use crate::protocol::events::WatchEvents;
+
+/// Without `--since`: this many of each daemon's last events first.
+const TAIL_EVENTS: u64 = 20;
+
+/// How long one held call of `--follow` waits.
+const FOLLOW_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(clap::Args, Debug)]
+pub struct EventsArgs {
+    /// Events after N (both daemons), or after luxid:N / wconfd:N (repeatable) [default: the last 20 of each]
+    #[arg(long, value_name = "N")]
+    since: Vec<String>,
+    /// Only events whose type starts with T (repeatable): job., lock.granted, worker., ...
+    #[arg(long = "type", value_name = "T")]
+    types: Vec<String>,
+    /// Go on printing events as they happen, until interrupted
+    #[arg(long)]
+    follow: bool,
+}
+
+const DAEMONS: [Daemon; 2] = [Daemon::Luxid, Daemon::Wconfd];
+
+/// Where to start in each daemon's sequence (`None`: the tail).
+fn starts(since: &[String]) -> CliResult<[Option<u64>; 2]> {
+    let mut starts = [None, None];
+    for spec in since {
+        let (which, number) = match spec.split_once(':') {
+            Some((name, number)) => {
+                let index = DAEMONS
+                    .iter()
+                    .position(|daemon| daemon.name() == name)
+                    .ok_or_else(|| {
+                        CliError::usage(format!(
+                            "--since {spec}: {name:?} is neither luxid nor wconfd"
+                        ))
+                    })?;
+                (Some(index), number)
+            }
+            None => (None, spec.as_str()),
+        };
+        let number: u64 = number.parse().map_err(|_| {
+            CliError::usage(format!("--since {spec}: {number:?} is not an event number"))
+        })?;
+        match which {
+            Some(index) => starts[index] = Some(number),
+            None => starts = [Some(number), Some(number)],
+        }
+    }
+    Ok(starts)
+}
+
+pub fn events(root: &Path, output: &Output, args: &EventsArgs) -> CliResult {
+    let types = (!args.types.is_empty()).then(|| args.types.clone());
+    let starts = starts(&args.since)?;
+    let mut sources = Vec::new();
+    let mut down = Vec::new();
+    for (daemon, start) in DAEMONS.into_iter().zip(starts) {
+        match connect(root, daemon) {
+            Ok(client) => sources.push((daemon, client, start)),
+            Err(error) => down.push(error),
+        }
+    }
+    if sources.is_empty() {
+        return Err(down.remove(0));
+    }
+    for error in &down {
+        output.note(&format!("warden: {}", error.message));
+    }
+    // What is there now, from each, merged by time.
+    let mut found: Vec<(Daemon, Event)> = Vec::new();
+    let mut positions = Vec::new();
+    for (daemon, client, start) in &mut sources {
+        let since = match start {
+            Some(since) => *since,
+            None => {
+                let (_, last) = client.watch_events(&watch(None, &None, Duration::ZERO))?;
+                last.saturating_sub(TAIL_EVENTS)
+            }
+        };
+        let (events, next) =
+            read_all(client, since, &types).map_err(|error| named(*daemon, error))?;
+        found.extend(events.into_iter().map(|event| (*daemon, event)));
+        positions.push(next);
+    }
+    found.sort_by(|a, b| (a.1.ts, a.0.name(), a.1.seq).cmp(&(b.1.ts, b.0.name(), b.1.seq)));
+    for (daemon, event) in &found {
+        print_event(output, *daemon, event);
+    }
+    if !args.follow {
+        return Ok(());
+    }
+    let (sender, receiver) = mpsc::channel();
+    for ((daemon, client, _), next) in sources.into_iter().zip(positions) {
+        let sender = sender.clone();
+        let types = types.clone();
+        std::thread::spawn(move || follow(daemon, client, next, &types, &sender));
+    }
+    drop(sender);
+    for message in receiver {
+        match message {
+            Ok((daemon, event)) => print_event(output, daemon, &event),
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
+
+fn watch(since: Option<u64>, types: &Option<Vec<String>>, timeout: Duration) -> WatchEvents {
+    WatchEvents {
+        since,
+        types: types.clone(),
+        timeout,
+    }
+}
+
+/// Every event after `since` there is now; the position after them.
+fn read_all(
+    client: &mut Client,
+    mut since: u64,
+    types: &Option<Vec<String>>,
+) -> Result<(Vec<Event>, u64), ClientError> {
+    let mut all = Vec::new();
+    loop {
+        let (events, next) = client.watch_events(&watch(Some(since), types, Duration::ZERO))?;
+        let done = next == since;
+        all.extend(events);
+        since = next;
+        if done {
+            return Ok((all, since));
+        }
+    }
+}
+
+fn follow(
+    daemon: Daemon,
+    mut client: Client,
+    mut since: u64,
+    types: &Option<Vec<String>>,
+    sender: &mpsc::Sender<CliResult<(Daemon, Event)>>,
+) {
+    loop {
+        match client.watch_events(&watch(Some(since), types, FOLLOW_TIMEOUT)) {
+            Ok((events, next)) => {
+                since = next;
+                for event in events {
+                    if sender.send(Ok((daemon, event))).is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(error) => {
+                let _ = sender.send(Err(named(daemon, error)));
+                return;
+            }
+        }
+    }
+}
+
+/// A daemon's refusal, saying which daemon and what "expired" means.
+fn named(daemon: Daemon, error: ClientError) -> CliError {
+    if let ClientError::Failed { class, args, .. } = &error {
+        let number = args.first().and_then(Value::as_u64).unwrap_or(0);
+        match class.as_str() {
+            "EventsExpired" => {
+                return CliError::refused(format!(
+                    "{}: events before {number} are no longer kept (ask --since {}:{})",
+                    daemon.name(),
+                    daemon.name(),
+                    number.saturating_sub(1)
+                ));
+            }
+            "EventsFuture" => {
+                return CliError::refused(format!(
+                    "{}: there is no such event yet (the last is {number})",
+                    daemon.name()
+                ));
+            }
+            _ => {}
+        }
+    }
+    CliError::from(error)
+}
+
+fn print_event(output: &Output, daemon: Daemon, event: &Event) {
+    if output.json {
+        let mut value: Value = serde_json::from_slice(&event.encode()).expect("an event is JSON");
+        value["daemon"] = Value::from(daemon.name());
+        output.json_value(&value, true);
+        return;
+    }
+    let seconds = event.ts.0 as f64 + event.ts.1 as f64 / 1e6;
+    let fields: Vec<String> = event
+        .fields
+        .iter()
+        .map(|(name, value)| match value {
+            Value::String(text) => format!("{name}={text}"),
+            other => format!("{name}={other}"),
+        })
+        .collect();
+    output.line(&format!(
+        "{}  {:<6} {:>8}  {:<18} {}",
+        utc_time(seconds),
+        daemon.name(),
+        event.seq,
+        event.kind,
+        fields.join(" ")
+    ));
+}

@@ -1,0 +1,287 @@
+//! wconfd's event sequence (EVENTS.md, wconfd's catalogue): the events of
+//! each turn, made durable in the turn's journal write (the journal
+//! already records the operations), then written to the sequence's files
+//! through the page cache; the held `watchEvents`.
+//!
+//! A start appends what the journal holds and the files lack (a kill or
+//! a crash between the journal write and the files'); before a snapshot
+//! cuts the journal, the files are synced.
+
+use std::path::Path;
+
+use mio::Token;
+use serde_json::{Map, Value, json};
+
+use crate::daemon::DaemonError;
+use crate::events::{Event, EventLog, Kept, Watches};
+use crate::jobs::Timestamp;
+use crate::locks::allocation::{LockChange, OwnerRef};
+use crate::locks::{Entry, Ident, Mode, Owner};
+use crate::paths::WCONFD_EVENTS_DIR;
+use crate::protocol::WireError;
+use crate::protocol::events::{WatchEvents, encode_answer, wire_error};
+use crate::protocol::wconfd::encode_entry;
+use crate::settings::Settings;
+use crate::store::lock_state::LockStore;
+use crate::workers::Transition;
+
+/// Events kept in memory for held watches.
+const MEMORY_EVENTS: usize = 16_384;
+
+/// How a grant came: a plain request, a waiting one, or `awaitLocks`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    Direct,
+    Waiting,
+    Await,
+}
+
+impl Via {
+    fn as_str(self) -> &'static str {
+        match self {
+            Via::Direct => "direct",
+            Via::Waiting => "waiting",
+            Via::Await => "await",
+        }
+    }
+}
+
+pub struct WconfdEvents {
+    log: EventLog,
+    watches: Watches<Token>,
+}
+
+/// An owner as events name it: its ident.
+pub fn owner_ident(owner: &Owner) -> Value {
+    match &owner.ident {
+        Ident::Name(name) => json!(name),
+        Ident::Job(id) => json!(id),
+    }
+}
+
+fn fields(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => unreachable!("fields are built as objects"),
+    }
+}
+
+fn lock_modes<'a>(entries: impl Iterator<Item = (&'a str, Mode)>) -> Value {
+    Value::Array(
+        entries
+            .map(|(lock, mode)| json!([lock, mode.as_str()]))
+            .collect(),
+    )
+}
+
+impl WconfdEvents {
+    /// Opens the sequence and appends what the journal holds of it and
+    /// the files lack.
+    pub fn open(
+        root: &Path,
+        settings: &Settings,
+        journaled: &[Event],
+    ) -> Result<Self, DaemonError> {
+        let kept = Kept {
+            events: settings.events.keep,
+            age_secs: settings.events.keep_secs,
+        };
+        let mut log = EventLog::open(&root.join(WCONFD_EVENTS_DIR), kept, MEMORY_EVENTS)?;
+        let added = log.catch_up(journaled)?;
+        if added > 0 {
+            tracing::info!(added, "events the journal held and the sequence lacked");
+        }
+        Ok(WconfdEvents {
+            log,
+            watches: Watches::default(),
+        })
+    }
+
+    fn push(&mut self, kind: &str, value: Value) {
+        self.log.append(kind, fields(value), Timestamp::now());
+    }
+
+    /// The changes of holdings one operation made: per owner, what it let
+    /// go, then what it got; `via` says how each owner's grant came.
+    pub fn lock_changes(&mut self, changes: Vec<LockChange>, via: impl Fn(&OwnerRef) -> Via) {
+        let mut start = 0;
+        while start < changes.len() {
+            let owner = &changes[start].owner;
+            let end = start
+                + changes[start..]
+                    .iter()
+                    .take_while(|change| Owner::eq(&change.owner, owner))
+                    .count();
+            let of_owner = &changes[start..end];
+            let names: Vec<String> = of_owner
+                .iter()
+                .map(|change| change.lock.to_string())
+                .collect();
+            let released = of_owner.iter().zip(&names).filter_map(|(change, name)| {
+                match (change.before, change.after) {
+                    (Some(mode), None) => Some((name.as_str(), mode)),
+                    _ => None,
+                }
+            });
+            let released = lock_modes(released);
+            if released.as_array().is_some_and(|list| !list.is_empty()) {
+                self.push(
+                    "lock.released",
+                    json!({"owner": owner_ident(owner), "entries": released}),
+                );
+            }
+            let granted = of_owner
+                .iter()
+                .zip(&names)
+                .filter_map(|(change, name)| change.after.map(|mode| (name.as_str(), mode)));
+            let granted = lock_modes(granted);
+            if granted.as_array().is_some_and(|list| !list.is_empty()) {
+                self.push(
+                    "lock.granted",
+                    json!({
+                        "owner": owner_ident(owner),
+                        "entries": granted,
+                        "via": via(owner).as_str(),
+                    }),
+                );
+            }
+            start = end;
+        }
+    }
+
+    pub fn waiting(
+        &mut self,
+        owner: &Owner,
+        priority: i64,
+        request: &[Entry],
+        blockers: &[OwnerRef],
+    ) {
+        self.push(
+            "lock.waiting",
+            json!({
+                "owner": owner_ident(owner),
+                "priority": priority,
+                "request": request.iter().map(encode_entry).collect::<Vec<_>>(),
+                "blockers": blockers.iter().map(|owner| owner_ident(owner)).collect::<Vec<_>>(),
+            }),
+        );
+    }
+
+    pub fn withdrawn(&mut self, owner: &Owner) {
+        self.push("lock.withdrawn", json!({"owner": owner_ident(owner)}));
+    }
+
+    pub fn owner_dead(&mut self, owner: &Owner, held: &[(String, Mode)], waited: Option<Value>) {
+        self.push(
+            "owner.dead",
+            json!({
+                "owner": owner_ident(owner),
+                "held": lock_modes(held.iter().map(|(lock, mode)| (lock.as_str(), *mode))),
+                "waited": waited,
+            }),
+        );
+    }
+
+    pub fn config_written(&mut self, serial_no: u64) {
+        self.push("config.written", json!({"serial_no": serial_no}));
+    }
+
+    pub fn worker_transitions(&mut self, transitions: Vec<Transition>) {
+        for change in transitions {
+            let kind = match (change.old, change.new) {
+                (_, None) => "worker.deregistered".to_owned(),
+                (Some(old), Some(new)) if old == new => "worker.groups".to_owned(),
+                (_, Some(new)) => format!("worker.{}", new.to_string().to_lowercase()),
+            };
+            self.push(
+                &kind,
+                json!({
+                    "uuid": change.uuid,
+                    "old": change.old.map(|state| state.to_string()),
+                    "new": change.new.map(|state| state.to_string()),
+                    "holder": change.holder,
+                    "reason": change.reason,
+                    "groups": change.groups,
+                }),
+            );
+        }
+    }
+
+    // ----- the turn -----
+
+    /// Before the journal write: the turn's events join its records.
+    pub fn record(&self, store: &mut LockStore) {
+        if self.log.has_pending() {
+            store.record_events(self.log.pending_lines());
+        }
+    }
+
+    /// After the journal write: the events are durable, so written to the
+    /// files and readable. A failed write of the files loses nothing (the
+    /// journal has them; a start appends them), but wconfd stops, as for
+    /// the journal itself: the files would have a gap.
+    pub fn written(&mut self) -> Result<(), DaemonError> {
+        self.log.write_pending()?;
+        self.log.mark_written_durable();
+        Ok(())
+    }
+
+    /// Before a snapshot cuts the journal: the files synced (and old
+    /// segments trimmed).
+    pub fn sync_before_snapshot(&mut self) -> Result<(), DaemonError> {
+        self.log.sync()?;
+        if let Err(error) = self.log.trim(Timestamp::now().0) {
+            tracing::warn!(%error, "cannot remove old event segments");
+        }
+        Ok(())
+    }
+
+    // ----- watchEvents -----
+
+    pub fn watch(
+        &mut self,
+        token: Token,
+        request: &WatchEvents,
+    ) -> Option<Result<Value, WireError>> {
+        self.watches
+            .watch(token, request, &self.log)
+            .map(|answer| match answer {
+                Ok((events, next)) => Ok(encode_answer(&events, next)),
+                Err(error) => Err(wire_error(&error)),
+            })
+    }
+
+    pub fn ready(&mut self) -> Vec<(Token, Result<Value, WireError>)> {
+        self.watches
+            .ready(&self.log)
+            .into_iter()
+            .map(|(token, answer)| {
+                let reply = match answer {
+                    Ok((events, next)) => Ok(encode_answer(&events, next)),
+                    Err(error) => Err(wire_error(&error)),
+                };
+                (token, reply)
+            })
+            .collect()
+    }
+
+    pub fn expire(&mut self, token: Token) -> Option<Result<Value, WireError>> {
+        self.watches.expire(token).map(|answer| match answer {
+            Ok((events, next)) => Ok(encode_answer(&events, next)),
+            Err(error) => Err(wire_error(&error)),
+        })
+    }
+
+    pub fn drop_watch(&mut self, token: Token) {
+        self.watches.drop_watch(token);
+    }
+
+    /// For the SIGUSR2 dump: first kept, last, held watches.
+    pub fn dump(&self) -> (u64, u64, usize) {
+        (
+            self.log.first_retained(),
+            self.log.last_seq(),
+            self.watches.len(),
+        )
+    }
+}
