@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::jobs::JobId;
 use crate::limits::{CLIENT_IO_TIMEOUT, READ_CHUNK_BYTES};
-use crate::locks::{Entry, Owner, Priority};
+use crate::locks::{Entry, LockName, Mode, Owner, Priority};
 use crate::protocol::luxi::LuxiRequest;
 use crate::protocol::wconfd::WconfdRequest;
 use crate::protocol::{FrameError, FrameReader, Request};
@@ -199,6 +199,22 @@ impl Client {
     /// it has waited and who blocks it.
     pub fn list_waiters(&mut self) -> Result<Value, ClientError> {
         self.wconfd(&WconfdRequest::ListWaiters)
+    }
+
+    /// `listLocks`: the locks `owner` holds, with their modes.
+    pub fn list_locks(&mut self, owner: &Owner) -> Result<Vec<(LockName, Mode)>, ClientError> {
+        let answer = self.wconfd(&WconfdRequest::ListLocks {
+            owner: owner.clone(),
+        })?;
+        let held = answer.as_array().map(|held| {
+            held.iter()
+                .map(crate::protocol::wconfd::decode_lock_mode)
+                .collect::<Result<Vec<_>, _>>()
+        });
+        match held {
+            Some(Ok(held)) => Ok(held),
+            _ => Err(self.malformed("listLocks", &answer)),
+        }
     }
 
     /// `readConfig`: the configuration.

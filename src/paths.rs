@@ -33,6 +33,10 @@ pub const WCONFD_EVENTS_DIR: &str = "events/wconfd";
 /// What luxid's sequence had said of every job at some event, so that a
 /// start reads only the events after it (`{"seq": n, "jobs": ...}`).
 pub const LUXID_EVENTS_CHECKPOINT_FILE: &str = "events/luxid.checkpoint";
+
+/// The elected reporter's positions in both sequences, its metrics and
+/// its last statsd send, for the next one to go on from.
+pub const REPORTER_STATE_FILE: &str = "reporter/state.json";
 /// Under [`QUEUE_DIR`]: the last serial given, written at a clean stop.
 pub const SERIAL_FILE: &str = "serial";
 /// Under [`QUEUE_DIR`]: the queue's format version.

@@ -127,6 +127,8 @@ enum Command {
     Status,
     /// Both daemons' events (job changes, grants, workers, ...), merged by time; --follow for more as they happen
     Events(events::EventsArgs),
+    /// Run a reporter in the foreground: metrics (Prometheus, statsd) and hooks from the events; one of several is elected
+    Reporter,
     /// The workers jobs hold while they run: list, register, let in, fail, ...
     #[command(subcommand)]
     Workers(workers::WorkersCommand),
@@ -243,6 +245,11 @@ fn execute(cli: &Cli, root: &Path, output: &Output) -> CliResult<Exit> {
         Command::Locks { tree } => done(locks::locks(root, output, *tree)),
         Command::Status => locks::status(root, output),
         Command::Events(args) => done(events::events(root, output, args)),
+        Command::Reporter => {
+            crate::logging::init();
+            crate::reporter::run(root).map_err(|error| CliError::failure(error.to_string()))?;
+            Ok(Exit::Success)
+        }
         Command::Workers(command) => done(workers::run(root, output, command)),
         Command::Completions { shell } => {
             clap_complete::generate(

@@ -342,16 +342,24 @@ impl EventLog {
         !self.pending.is_empty()
     }
 
-    /// The lines of the appended events not yet written, in order.
-    pub fn pending_lines(&self) -> impl Iterator<Item = &[u8]> {
-        self.pending.iter().map(|(_, line)| line.as_slice())
+    /// The lines of the appended events not yet written, from the
+    /// `from`th on, in order.
+    pub fn pending_lines(&self, from: usize) -> impl Iterator<Item = &[u8]> {
+        self.pending
+            .iter()
+            .skip(from)
+            .map(|(_, line)| line.as_slice())
     }
 
-    /// Every written event is durable (elsewhere: wconfd's journal holds
-    /// them), so readable now.
-    pub fn mark_written_durable(&mut self) {
-        let written = self.last_seq - self.pending.len() as u64;
-        self.mark_synced(written, self.file_len);
+    /// How many appended events are not yet written.
+    pub fn pending_count(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Every appended event is durable elsewhere (wconfd's journal holds
+    /// them), so readable now, written to the files or not.
+    pub fn mark_all_durable(&mut self) {
+        self.readable = self.last_seq;
     }
 
     /// Events of another copy (wconfd's journal) the sequence lacks: those
@@ -389,35 +397,33 @@ impl EventLog {
     /// from a kill of the process, once this returns; [`EventLog::sync`]
     /// makes them safe from a crash of the machine.
     pub fn write_pending(&mut self) -> Result<(), EventsError> {
-        let pending = std::mem::take(&mut self.pending);
-        let mut batch: Vec<u8> = Vec::new();
-        for (seq, line) in pending {
+        while let Some(&(first, _)) = self.pending.first() {
             let full = self
                 .segments
                 .last()
                 .is_none_or(|segment| segment.count() >= self.segment_events);
             if full {
-                self.write_batch(&mut batch)?;
-                self.start_segment(seq)?;
+                self.start_segment(first)?;
             }
-            batch.extend_from_slice(&line);
-            if let Some(segment) = self.segments.last_mut() {
-                segment.last = seq;
+            let (Some(file), Some(segment)) = (self.file.as_mut(), self.segments.last_mut()) else {
+                unreachable!("a segment is started before its first line");
+            };
+            let room = (self.segment_events - segment.count()) as usize;
+            let take = room.min(self.pending.len());
+            let mut batch = Vec::new();
+            for (_, line) in &self.pending[..take] {
+                batch.extend_from_slice(line);
             }
+            if let Err(error) = file.write_all(&batch) {
+                // No piece of the batch may stay: the same lines are
+                // written again later, after what is there.
+                let _ = file.set_len(self.file_len);
+                return Err(io_error(&segment.path)(error));
+            }
+            self.file_len += batch.len() as u64;
+            segment.last = self.pending[take - 1].0;
+            self.pending.drain(..take);
         }
-        self.write_batch(&mut batch)
-    }
-
-    fn write_batch(&mut self, batch: &mut Vec<u8>) -> Result<(), EventsError> {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        let (Some(file), Some(segment)) = (self.file.as_mut(), self.segments.last()) else {
-            unreachable!("a segment is started before its first line");
-        };
-        file.write_all(batch).map_err(io_error(&segment.path))?;
-        self.file_len += batch.len() as u64;
-        batch.clear();
         Ok(())
     }
 
@@ -437,17 +443,16 @@ impl EventLog {
             .open(&path)
             .map_err(io_error(&path))?;
         self.file = Some(file);
-        // Once a segment, not once a sync: a sync in the background then
-        // needs only the file.
-        File::open(&self.dir)
-            .and_then(|dir| dir.sync_all())
-            .map_err(io_error(&self.dir))?;
         self.segments.push(Segment {
             first,
             last: first - 1,
             path,
         });
-        Ok(())
+        // Once a segment, not once a sync: a sync in the background then
+        // needs only the file.
+        File::open(&self.dir)
+            .and_then(|dir| dir.sync_all())
+            .map_err(io_error(&self.dir))
     }
 
     /// Syncs what was written (and the directory after a removal), on the

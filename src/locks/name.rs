@@ -16,18 +16,22 @@ pub enum Level {
     Node,
     NodeRes,
     Network,
+    /// warden's own services (extension, D55): `service/reporter`, the
+    /// lock whose holder is the elected reporter.
+    Service,
     /// `cluster/config` alone: freeing level `cluster` does not free it.
     Config,
 }
 
 impl Level {
-    pub const ALL: [Level; 7] = [
+    pub const ALL: [Level; 8] = [
         Level::Cluster,
         Level::Instance,
         Level::NodeGroup,
         Level::Node,
         Level::NodeRes,
         Level::Network,
+        Level::Service,
         Level::Config,
     ];
 
@@ -40,6 +44,7 @@ impl Level {
             Level::Node => "node",
             Level::NodeRes => "node-res",
             Level::Network => "network",
+            Level::Service => "service",
             Level::Config => "config",
         }
     }
@@ -80,6 +85,8 @@ pub enum LockName {
     NodeRes(MemberName),
     NetworkSet,
     Network(MemberName),
+    ServiceSet,
+    Service(MemberName),
     /// `cluster/config`, last in the order, on level `config`.
     Config,
 }
@@ -131,6 +138,7 @@ impl LockName {
             (Level::Node, _) => named(LockName::Node),
             (Level::NodeRes, _) => named(LockName::NodeRes),
             (Level::Network, _) => named(LockName::Network),
+            (Level::Service, _) => named(LockName::Service),
         }
     }
 
@@ -144,6 +152,7 @@ impl LockName {
             Level::Node => LockName::NodeSet,
             Level::NodeRes => LockName::NodeResSet,
             Level::Network => LockName::NetworkSet,
+            Level::Service => LockName::ServiceSet,
             Level::Config => unreachable!("level config has no group lock"),
         }
     }
@@ -156,6 +165,7 @@ impl LockName {
             LockName::NodeSet | LockName::Node(_) => Level::Node,
             LockName::NodeResSet | LockName::NodeRes(_) => Level::NodeRes,
             LockName::NetworkSet | LockName::Network(_) => Level::Network,
+            LockName::ServiceSet | LockName::Service(_) => Level::Service,
             LockName::Config => Level::Config,
         }
     }
@@ -170,7 +180,8 @@ impl LockName {
             | LockName::NodeGroup(_)
             | LockName::Node(_)
             | LockName::NodeRes(_)
-            | LockName::Network(_) => Some(LockName::group_of_level(self.level())),
+            | LockName::Network(_)
+            | LockName::Service(_) => Some(LockName::group_of_level(self.level())),
             _ => None,
         }
     }
@@ -185,6 +196,7 @@ impl LockName {
                 | LockName::NodeSet
                 | LockName::NodeResSet
                 | LockName::NetworkSet
+                | LockName::ServiceSet
         )
     }
 }
@@ -199,12 +211,14 @@ impl fmt::Display for LockName {
             | LockName::NodeGroupSet
             | LockName::NodeSet
             | LockName::NodeResSet
-            | LockName::NetworkSet => write!(f, "{}/[lockset]", self.level()),
+            | LockName::NetworkSet
+            | LockName::ServiceSet => write!(f, "{}/[lockset]", self.level()),
             LockName::Instance(member)
             | LockName::NodeGroup(member)
             | LockName::Node(member)
             | LockName::NodeRes(member)
-            | LockName::Network(member) => write!(f, "{}/{member}", self.level()),
+            | LockName::Network(member)
+            | LockName::Service(member) => write!(f, "{}/{member}", self.level()),
         }
     }
 }
@@ -240,6 +254,8 @@ mod tests {
             "node-res/n1",
             "network/[lockset]",
             "network/net0",
+            "service/[lockset]",
+            "service/reporter",
             "cluster/config",
             "node/with/slash",
         ] {
@@ -264,6 +280,8 @@ mod tests {
             "node-res/a",
             "network/[lockset]",
             "network/a",
+            "service/[lockset]",
+            "service/reporter",
             "cluster/config",
         ];
         let locks: Vec<LockName> = table.iter().map(|text| lock(text)).collect();

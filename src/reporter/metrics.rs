@@ -58,6 +58,9 @@ const SAVED_VERSION: u64 = 1;
 
 const BUCKETS: usize = BUCKET_BOUNDS_SECONDS.len() + 1;
 
+/// Lock levels, each with its gauges and hold histogram.
+const LEVELS: usize = Level::ALL.len();
+
 /// How a lock was granted (`lock.granted`'s `via`), in the counter's order.
 const VIAS: [&str; 3] = ["direct", "waiting", "await"];
 
@@ -260,7 +263,7 @@ pub struct Metrics {
     // Gauges kept event by event (the ages are computed at `now`).
     jobs_by_status: [u64; 7],
     slots_max: u64,
-    locks_held: [[u64; 2]; 7],
+    locks_held: [[u64; 2]; LEVELS],
     workers_by_state: [u64; 6],
     /// Every tracked group, zeros included.
     workers_by_group: BTreeMap<String, [u64; 6]>,
@@ -268,7 +271,7 @@ pub struct Metrics {
     queue_delay: Histogram,
     run: Histogram,
     lock_wait: Histogram,
-    lock_hold: [Histogram; 7],
+    lock_hold: [Histogram; LEVELS],
     /// The newest timer observations, for statsd; not saved.
     recent: VecDeque<(Timer, f64)>,
     /// Observations ever made by this value (the last of `recent` is
@@ -362,7 +365,7 @@ impl Metrics {
             workers: BTreeMap::new(),
             jobs_by_status: [0; 7],
             slots_max: 0,
-            locks_held: [[0; 2]; 7],
+            locks_held: [[0; 2]; LEVELS],
             workers_by_state: [0; 6],
             workers_by_group: BTreeMap::new(),
             counters: Counters::default(),
@@ -590,6 +593,22 @@ impl Metrics {
 
     fn lock_waiting(&mut self, fields: &Map<String, Value>, ts_us: u64) -> Option<()> {
         let name = text_field(fields, "owner")?;
+        // A standby reporter waits for its election forever: no one is
+        // kept from work by that.
+        let services_only =
+            fields
+                .get("request")
+                .and_then(Value::as_array)
+                .is_some_and(|request| {
+                    request.iter().all(|entry| {
+                        entry[0]
+                            .as_str()
+                            .is_some_and(|lock| lock.starts_with("service/"))
+                    })
+                });
+        if services_only {
+            return Some(());
+        }
         let owner = self.owners.entry(name.to_owned()).or_default();
         // A replaced request: the owner has waited since the first one.
         owner.waiting_since_us.get_or_insert(ts_us);
@@ -1194,7 +1213,7 @@ impl Metrics {
             jobs, self.jobs_by_status,
             "jobs by status are the tracked jobs"
         );
-        let mut locks = [[0; 2]; 7];
+        let mut locks = [[0; 2]; LEVELS];
         for (name, owner) in &self.owners {
             assert!(
                 !owner.is_idle(),
@@ -1582,9 +1601,18 @@ pub struct Statsd {
     next_observation: u64,
     dropped_observations: u64,
     dropped_lines: u64,
+    /// Nothing is sent before this (a reporter taking over waits out its
+    /// predecessor's interval).
+    quiet_until: f64,
 }
 
 impl Statsd {
+    /// Sends nothing before `at` (seconds since the epoch): a reporter
+    /// taking over keeps one interval after its predecessor's last send.
+    pub fn not_before(&mut self, at: f64) {
+        self.quiet_until = at;
+    }
+
     /// A sender for a statsd that has been told nothing: the first call
     /// sends the counters' whole totals and every observation kept.
     /// `prefix` (`"warden"`) may hold dots; other characters statsd
@@ -1609,6 +1637,7 @@ impl Statsd {
             next_observation: 0,
             dropped_observations: 0,
             dropped_lines: 0,
+            quiet_until: 0.0,
         }
     }
 
@@ -1661,6 +1690,9 @@ impl Statsd {
     /// The packets due at `now`, each at most [`STATSD_PACKET_BYTES_MAX`]
     /// bytes of whole lines joined by `\n`; none if nothing is due.
     pub fn due(&mut self, metrics: &Metrics, now: f64) -> Vec<Vec<u8>> {
+        if now < self.quiet_until {
+            return Vec::new();
+        }
         let mut lines = Vec::new();
         let flush = self
             .flushed_at

@@ -240,25 +240,37 @@ impl LockStore {
         self.push_record(&RecordJson(op));
     }
 
-    /// Adds a call of the worker registry (made at `now`) to the current
-    /// turn.
-    pub fn record_worker(&mut self, op: &WorkerOp, now: f64) {
-        self.push_record(&encode_worker_op(op, now));
+    /// Adds an operation with the events it made (their lines, newline
+    /// ended) in the same record, so that a torn write keeps both or
+    /// neither; loading hands the events back.
+    pub fn record_with_events<'a>(&mut self, op: &LockOp, events: impl Iterator<Item = &'a [u8]>) {
+        self.push_json(|buffer| {
+            serde_json::to_writer(&mut *buffer, &RecordJson(op)).expect("JSON to a Vec");
+            with_events(buffer, events);
+        });
     }
 
-    /// Adds the turn's events (their lines, newline ended) to the turn:
-    /// durable with its other records, one record `{"op": "events",
-    /// "events": [...]}` (replay skips it; loading hands the events back).
-    pub fn record_events<'a>(&mut self, lines: impl Iterator<Item = &'a [u8]>) {
-        let mut json = b"{\"op\":\"events\",\"events\":[".to_vec();
-        for (index, line) in lines.enumerate() {
-            if index > 0 {
-                json.push(b',');
-            }
-            json.extend_from_slice(line.strip_suffix(b"\n").unwrap_or(line));
-        }
-        json.extend_from_slice(b"]}");
-        self.push_json(|buffer| buffer.extend_from_slice(&json));
+    /// Adds a call of the worker registry (made at `now`) to the current
+    /// turn, with the events it made.
+    pub fn record_worker<'a>(
+        &mut self,
+        op: &WorkerOp,
+        now: f64,
+        events: impl Iterator<Item = &'a [u8]>,
+    ) {
+        self.push_json(|buffer| {
+            serde_json::to_writer(&mut *buffer, &encode_worker_op(op, now)).expect("JSON to a Vec");
+            with_events(buffer, events);
+        });
+    }
+
+    /// Adds events of no recorded operation (`config.written`) as a record
+    /// of their own, `{"op": "events", "events": [...]}`.
+    pub fn record_events<'a>(&mut self, events: impl Iterator<Item = &'a [u8]>) {
+        self.push_json(|buffer| {
+            buffer.extend_from_slice(b"{\"op\":\"events\"}");
+            with_events(buffer, events);
+        });
     }
 
     fn push_record(&mut self, record: &impl Serialize) {
@@ -566,8 +578,9 @@ fn replay(
             ));
         }
         if record.seq > snapshot_seq {
-            let op = decode_record(record.payload)
+            let (op, mut carried) = decode_record(record.payload)
                 .map_err(|reason| format!("record at byte {offset}: {reason}"))?;
+            events.append(&mut carried);
             match op {
                 Journaled::Lock(op) => {
                     manager.apply(&op);
@@ -576,7 +589,7 @@ fn replay(
                     // Journaled only once accepted, so it is accepted again.
                     let _ = workers.apply(&op, now);
                 }
-                Journaled::Events(mut turn) => events.append(&mut turn),
+                Journaled::Events => {}
             }
             last_seq = record.seq;
             replayed += 1;
@@ -951,7 +964,41 @@ impl Serialize for LockModesJson<'_> {
 enum Journaled {
     Lock(LockOp),
     Worker(WorkerOp, f64),
-    Events(Vec<crate::events::Event>),
+    /// Events of no operation.
+    Events,
+}
+
+/// Adds `,"events":[...]` to the record JSON at the end of `buffer` (one
+/// that ends in `}`), if there are events.
+fn with_events<'a>(buffer: &mut Vec<u8>, events: impl Iterator<Item = &'a [u8]>) {
+    let mut events = events.peekable();
+    if events.peek().is_none() {
+        return;
+    }
+    debug_assert_eq!(buffer.last(), Some(&b'}'));
+    buffer.pop();
+    buffer.extend_from_slice(b",\"events\":[");
+    for (index, line) in events.enumerate() {
+        if index > 0 {
+            buffer.push(b',');
+        }
+        buffer.extend_from_slice(line.strip_suffix(b"\n").unwrap_or(line));
+    }
+    buffer.extend_from_slice(b"]}");
+}
+
+/// The events a record carries (none: an empty list).
+fn record_events(value: &Value) -> Result<Vec<crate::events::Event>, String> {
+    let Some(events) = value.get("events") else {
+        return Ok(Vec::new());
+    };
+    events
+        .as_array()
+        .ok_or("events is not a list")?
+        .iter()
+        .map(|event| crate::events::Event::decode(event.to_string().as_bytes()))
+        .collect::<Result<_, _>>()
+        .map_err(|what| format!("an event: {what}"))
 }
 
 /// A worker call's record: `op` (the wconfd method), `now`, and the
@@ -1065,32 +1112,26 @@ fn decode_worker_op(op_name: &str, value: &Value) -> Result<Option<WorkerOp>, St
     }))
 }
 
-fn decode_record(payload: &[u8]) -> Result<Journaled, String> {
+/// A record: what it journals and the events it carries.
+fn decode_record(payload: &[u8]) -> Result<(Journaled, Vec<crate::events::Event>), String> {
     let value: Value =
         serde_json::from_slice(payload).map_err(|error| format!("not valid JSON: {error}"))?;
+    let events = record_events(&value)?;
     let op_name = value
         .get("op")
         .and_then(Value::as_str)
         .ok_or("no string field 'op'")?;
     if op_name == "events" {
-        let events = value
-            .get("events")
-            .and_then(Value::as_array)
-            .ok_or("events is not a list")?
-            .iter()
-            .map(|event| crate::events::Event::decode(event.to_string().as_bytes()))
-            .collect::<Result<_, _>>()
-            .map_err(|what| format!("an event: {what}"))?;
-        return Ok(Journaled::Events(events));
+        return Ok((Journaled::Events, events));
     }
     if let Some(op) = decode_worker_op(op_name, &value)? {
         let now = value
             .get("now")
             .and_then(Value::as_f64)
             .ok_or("now is not a number")?;
-        return Ok(Journaled::Worker(op, now));
+        return Ok((Journaled::Worker(op, now), events));
     }
-    decode_lock_record(&value).map(Journaled::Lock)
+    decode_lock_record(&value).map(|op| (Journaled::Lock(op), events))
 }
 
 fn decode_lock_record(value: &Value) -> Result<LockOp, String> {
@@ -1375,7 +1416,7 @@ mod tests {
             ];
             for (index, op) in ops.iter().enumerate() {
                 workers.apply(op, index as f64).expect("accepted");
-                store.record_worker(op, index as f64);
+                store.record_worker(op, index as f64, std::iter::empty());
                 run(&mut store, &mut manager, sample_ops()[0].clone());
             }
             store.commit().expect("commit");
@@ -1409,9 +1450,9 @@ mod tests {
                 String::from_utf8_lossy(&written),
                 String::from_utf8_lossy(&built)
             );
-            match decode_record(&written).expect("decodes") {
+            match decode_record(&written).expect("decodes").0 {
                 Journaled::Lock(decoded) => assert_eq!(decoded, op),
-                Journaled::Worker(..) | Journaled::Events(_) => {
+                Journaled::Worker(..) | Journaled::Events => {
                     panic!("a lock record read as something else")
                 }
             }

@@ -49,13 +49,19 @@ impl Via {
 pub struct WconfdEvents {
     log: EventLog,
     watches: Watches<Token>,
+    /// Pending events already in a record of the turn (with their
+    /// operation).
+    recorded: usize,
+    /// Set once a write of the files failed, until one succeeds.
+    write_failing: bool,
 }
 
-/// An owner as events name it: its ident.
+/// An owner as events name it: its ident, as text (a job's id, or a
+/// service's name).
 pub fn owner_ident(owner: &Owner) -> Value {
     match &owner.ident {
         Ident::Name(name) => json!(name),
-        Ident::Job(id) => json!(id),
+        Ident::Job(id) => json!(id.to_string()),
     }
 }
 
@@ -94,6 +100,8 @@ impl WconfdEvents {
         Ok(WconfdEvents {
             log,
             watches: Watches::default(),
+            recorded: 0,
+            write_failing: false,
         })
     }
 
@@ -209,26 +217,46 @@ impl WconfdEvents {
 
     // ----- the turn -----
 
-    /// Before the journal write: the turn's events join its records.
-    pub fn record(&self, store: &mut LockStore) {
-        if self.log.has_pending() {
-            store.record_events(self.log.pending_lines());
+    /// The events made since the last call, for the record of the
+    /// operation that made them.
+    pub fn unrecorded(&mut self) -> impl Iterator<Item = &[u8]> {
+        let from = self.recorded;
+        self.recorded = self.log.pending_count();
+        self.log.pending_lines(from)
+    }
+
+    /// Before the journal write: events of no operation get a record of
+    /// their own.
+    pub fn record_rest(&mut self, store: &mut LockStore) {
+        if self.recorded < self.log.pending_count() {
+            store.record_events(self.unrecorded());
         }
     }
 
-    /// After the journal write: the events are durable, so written to the
-    /// files and readable. A failed write of the files loses nothing (the
-    /// journal has them; a start appends them), but wconfd stops, as for
-    /// the journal itself: the files would have a gap.
-    pub fn written(&mut self) -> Result<(), DaemonError> {
-        self.log.write_pending()?;
-        self.log.mark_written_durable();
-        Ok(())
+    /// After the journal write: the events are durable (in the journal),
+    /// so readable, and written to the files through the page cache. A
+    /// write of the files that fails (a full disk) loses nothing: the
+    /// events stay pending and in memory, and are written with the next
+    /// turn's.
+    pub fn written(&mut self) {
+        self.recorded = 0;
+        let result = self.log.write_pending();
+        match (&result, self.write_failing) {
+            (Err(error), false) => {
+                tracing::warn!(%error, "cannot write the event files; the journal holds the events meanwhile");
+            }
+            (Ok(()), true) => tracing::info!("the event files are written again"),
+            _ => {}
+        }
+        self.write_failing = result.is_err();
+        self.log.mark_all_durable();
+        self.recorded = self.log.pending_count();
     }
 
-    /// Before a snapshot cuts the journal: the files synced (and old
-    /// segments trimmed).
+    /// Before a snapshot cuts the journal: every event in the files and
+    /// synced (and old segments trimmed); else no snapshot yet.
     pub fn sync_before_snapshot(&mut self) -> Result<(), DaemonError> {
+        self.log.write_pending()?;
         self.log.sync()?;
         if let Err(error) = self.log.trim(Timestamp::now().0) {
             tracing::warn!(%error, "cannot remove old event segments");

@@ -678,9 +678,9 @@ impl State {
             .workers
             .apply(&op, now)
             .map_err(|error| worker_error(&error))?;
-        self.store.record_worker(&op, now);
         self.events
             .worker_transitions(self.workers.take_transitions());
+        self.store.record_worker(&op, now, self.events.unrecorded());
         self.outbox.add(&effects, &self.workers);
         if cfg!(debug_assertions) {
             self.workers.check_invariants();
@@ -693,10 +693,10 @@ impl State {
         let had_pending = self.manager.has_pending_request(op.owner());
         let before = self.manager.changes();
         let outcome = self.manager.apply(&op);
-        if self.manager.changes() != before {
-            self.store.record(&op);
-        }
         self.note_events(&op, &outcome, had_pending);
+        if self.manager.changes() != before {
+            self.store.record_with_events(&op, self.events.unrecorded());
+        }
         self.turn_granted.extend(outcome.granted().iter().cloned());
         self.turn_owners.push(Arc::new(op.owner().clone()));
         outcome
@@ -857,14 +857,15 @@ impl State {
     /// Makes the journal records of the turn durable. A failure cannot be
     /// retried as if it had worked: wconfd stops (DECISIONS D8).
     fn commit(&mut self) -> Result<(), DaemonError> {
-        self.events.record(&mut self.store);
+        self.events.record_rest(&mut self.store);
         if self.store.has_unwritten() {
             self.store
                 .commit()
                 .map_err(durability_lost(self.store.journal_path()))?;
             self.commits += 1;
         }
-        self.events.written()
+        self.events.written();
+        Ok(())
     }
 
     // ----- liveness -----

@@ -404,7 +404,7 @@ fn every_known_gauge_starts_at_zero() {
     let sent = lines(&statsd.due(&metrics, 1000.0));
     assert_eq!(
         sent.len(),
-        7 + 2 + 1 + 14 + 2 + 6,
+        7 + 2 + 1 + 2 * Level::ALL.len() + 2 + 6,
         "every gauge, no counter: {sent:?}"
     );
     for name in [
@@ -1196,7 +1196,7 @@ fn packets_hold_whole_lines_within_512_bytes() {
     let sent = lines(&packets);
     assert_eq!(
         sent.len(),
-        32 + 300 * 6 + 1,
+        18 + 2 * Level::ALL.len() + 300 * 6 + 1,
         "gauges and the events-read counter"
     );
     assert_eq!(
