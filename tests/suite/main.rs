@@ -22,6 +22,7 @@ mod corpus;
 mod daemon;
 mod damaged_lock_state;
 mod damaged_state;
+mod events;
 mod ganeti_client;
 mod harness;
 mod load;
