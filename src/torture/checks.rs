@@ -61,6 +61,7 @@ const CONFLICTS_REPORTED_MAX: usize = 10;
 pub struct Daemons {
     pub wconfd: DaemonProcess,
     pub luxid: DaemonProcess,
+    pub reporters: super::events::Reporters,
 }
 
 impl Daemons {
@@ -118,6 +119,11 @@ pub fn chaos_step(rng: &mut Rng, shared: &Shared, daemons: &mut Daemons) {
         shared.figures.table_checks.fetch_add(1, Ordering::Relaxed);
         check_table(shared, &table);
     }
+    // Now and then the elected reporter dies; another takes over.
+    if rng.below(20) == 0 {
+        daemons.reporters.kill_elected(shared);
+    }
+    daemons.reporters.keep(super::REPORTERS, shared);
     let downtime = Duration::from_millis(rng.below(300));
     match rng.below(100) {
         0..=14 => {
@@ -670,6 +676,13 @@ pub fn final_checks(shared: &Shared, daemons: &mut Daemons, settle: Duration) {
         Ok(config) => check_config(shared, &config, "at the end"),
         Err(error) => shared.violation(format!("readConfig at the end failed: {error}")),
     }
+    let finals: BTreeMap<u64, String> = rows
+        .iter()
+        .filter_map(|(id, row)| row[1].as_str().map(|status| (*id, status.to_owned())))
+        .collect();
+    super::events::final_checks(shared, &finals, settle);
+    // The reporters go: their election lock is freed as they die.
+    daemons.reporters.stop(Duration::from_secs(10));
     let swept = SystemTime::now();
     check_lock_table_empty(shared);
     check_livelocks(shared, swept);
@@ -899,7 +912,9 @@ fn check_livelocks(shared: &Shared, swept: SystemTime) {
     for entry in entries.flatten() {
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
-        let daemon = name.starts_with("wconf-daemon_") || name.starts_with("luxi-daemon_");
+        let daemon = name.starts_with("wconf-daemon_")
+            || name.starts_with("luxi-daemon_")
+            || name.starts_with("reporter_");
         if !liveness::is_dead(&path) {
             if !daemon {
                 shared.violation(format!("livelock {name} is still held after the end"));

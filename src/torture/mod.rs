@@ -14,6 +14,7 @@
 
 pub mod checks;
 pub mod config_client;
+pub mod events;
 pub mod history;
 pub mod job_clients;
 pub mod lock_clients;
@@ -37,6 +38,8 @@ use self::rng::Rng;
 const JOB_CLIENTS: usize = 3;
 /// Threads churning locks on wconfd.
 const LOCK_CLIENTS: usize = 3;
+/// Reporters kept running: one elected, one standing by.
+const REPORTERS: usize = 2;
 /// The root's settings: a small scheduler limit (jobs queue up and
 /// contend), a quick periodic death check, small snapshots (kills land
 /// around them too).
@@ -100,6 +103,11 @@ pub struct Figures {
     pub farm_checks: AtomicU64,
     pub holds_checked: AtomicU64,
     pub handovers_checked: AtomicU64,
+    pub reporter_starts: AtomicU64,
+    pub reporter_kills: AtomicU64,
+    pub events_checked: AtomicU64,
+    pub stories_checked: AtomicU64,
+    pub hooks_checked: AtomicU64,
 }
 
 impl Figures {
@@ -180,6 +188,15 @@ impl Figures {
                 get(&self.farm_checks),
                 get(&self.holds_checked),
                 get(&self.handovers_checked)
+            ),
+            format!(
+                "events    : {} events of both sequences checked, {} jobs' stories, \
+                 {} hook runs found; reporters started {}, elected ones killed {}",
+                get(&self.events_checked),
+                get(&self.stories_checked),
+                get(&self.hooks_checked),
+                get(&self.reporter_starts),
+                get(&self.reporter_kills)
             ),
         ]
     }
@@ -377,7 +394,8 @@ pub fn run(options: &Options) -> Result<Outcome, String> {
     let root = root
         .canonicalize()
         .map_err(|error| format!("cannot resolve {}: {error}", root.display()))?;
-    std::fs::write(root.join(crate::paths::SETTINGS_FILE), SETTINGS)
+    let settings = format!("{SETTINGS}{}", events::settings(&root)?);
+    std::fs::write(root.join(crate::paths::SETTINGS_FILE), settings)
         .map_err(|error| format!("cannot write the settings: {error}"))?;
     let shared = Arc::new(Shared {
         seed: options.seed,
@@ -414,9 +432,11 @@ pub fn run(options: &Options) -> Result<Outcome, String> {
             &root,
             crate::paths::LUXID_SOCKET_PATH,
         ),
+        reporters: events::Reporters::new(&options.binaries.warden, &root),
     };
     daemons.start_wconfd(&shared)?;
     daemons.start_luxid(&shared)?;
+    daemons.reporters.keep(REPORTERS, &shared);
 
     let threads: Vec<std::thread::JoinHandle<()>> = (0..LOCK_CLIENTS)
         .map(|index| {
@@ -465,6 +485,7 @@ pub fn run(options: &Options) -> Result<Outcome, String> {
     if !daemons.luxid.is_running() {
         daemons.start_luxid(&shared)?;
     }
+    daemons.reporters.keep(REPORTERS, &shared);
     shared.stop_clients.store(true, Ordering::SeqCst);
     for thread in threads {
         if thread.join().is_err() {
@@ -474,6 +495,7 @@ pub fn run(options: &Options) -> Result<Outcome, String> {
     if !shared.failed() {
         checks::final_checks(&shared, &mut daemons, TORTURE_SETTLE_TIMEOUT);
     }
+    daemons.reporters.stop(Duration::from_secs(10));
     daemons.luxid.stop(Duration::from_secs(10));
     daemons.wconfd.stop(Duration::from_secs(10));
     // A run stopped by a violation may leave runners waiting for a wconfd

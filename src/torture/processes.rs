@@ -31,7 +31,7 @@ use super::history::now_us;
 /// die.
 static SPAWN: Mutex<()> = Mutex::new(());
 
-fn spawn_guard() -> std::sync::MutexGuard<'static, ()> {
+pub fn spawn_guard() -> std::sync::MutexGuard<'static, ()> {
     SPAWN.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -42,6 +42,8 @@ pub struct Binaries {
     pub luxid: PathBuf,
     /// Started by luxid, not by the harness; recognised in /proc.
     pub runner: PathBuf,
+    /// `warden`, for its reporters.
+    pub warden: PathBuf,
 }
 
 impl Binaries {
@@ -66,6 +68,7 @@ impl Binaries {
             wconfd: find("wconfd")?,
             luxid: find("luxid")?,
             runner: find("job-runner")?,
+            warden: find("warden")?,
         })
     }
 }
