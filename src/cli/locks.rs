@@ -2,7 +2,10 @@
 //! whether the daemons are up.
 
 use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -11,7 +14,18 @@ use super::output::{Cell, Output, Style, duration};
 use super::{CliError, CliResult, Exit, connect};
 use crate::client::{Client, Daemon};
 use crate::jobs::Status;
+use crate::reporter::{REPORTER_IDENT, REPORTER_LOCK};
+use crate::settings::Settings;
 use crate::workers::{Filter, State as WorkerState};
+
+/// How long `status --json` waits for the elected reporter's
+/// `/status.json`, connecting and reading together; past it the figures
+/// are `null` and status goes on.
+const REPORTER_ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The largest `/status.json` answer read (the figures of a large farm
+/// are a few hundred KiB).
+const REPORTER_ANSWER_BYTES_MAX: usize = 16 << 20;
 
 /// A lock owner as wconfd names it: `[ident, livelock, pid]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,6 +131,143 @@ fn read_table(wconfd: &mut Client) -> CliResult<Table> {
         .collect::<Option<Vec<Waiter>>>()
         .ok_or_else(|| malformed("listWaiters", &listed))?;
     Ok(Table { locks, waiters })
+}
+
+/// Who reports: the pid of the owner holding [`REPORTER_LOCK`], and how
+/// many reporters wait for it.
+fn election(table: &Table) -> (Option<u64>, usize) {
+    let is_reporter =
+        |owner: &Owner| owner.0.get(0).and_then(Value::as_str) == Some(REPORTER_IDENT);
+    let elected = table
+        .locks
+        .iter()
+        .filter(|lock| lock.name == REPORTER_LOCK)
+        .flat_map(|lock| &lock.holders)
+        .find_map(|(owner, _)| owner.0.get(2).and_then(Value::as_u64));
+    let standing_by = table
+        .waiters
+        .iter()
+        .filter(|waiter| {
+            is_reporter(&waiter.owner)
+                && waiter.request.iter().any(|(lock, _)| lock == REPORTER_LOCK)
+        })
+        .count();
+    (elected, standing_by)
+}
+
+/// `reporter  pid 1234, elected (2 standing by)` or `none elected`.
+fn election_text(elected: Option<u64>, standing_by: usize) -> String {
+    let elected = match elected {
+        Some(pid) => format!("pid {pid}, elected"),
+        None => "none elected".to_owned(),
+    };
+    if standing_by == 0 {
+        elected
+    } else {
+        format!("{elected} ({standing_by} standing by)")
+    }
+}
+
+/// The elected reporter's `GET /status.json` on `listen`, if it is the
+/// reporter of `pid` (another root's reporter may listen there); why not
+/// otherwise.
+fn reporter_status(listen: &str, pid: u64) -> Result<Value, String> {
+    let address: SocketAddr = listen
+        .parse()
+        .map_err(|_| format!("[metrics] listen = {listen:?} is not an address"))?;
+    let deadline = Instant::now() + REPORTER_ANSWER_TIMEOUT;
+    let io = |error: std::io::Error| format!("http://{listen}/status.json: {error}");
+    let mut stream = TcpStream::connect_timeout(&address, REPORTER_ANSWER_TIMEOUT).map_err(io)?;
+    stream
+        .set_write_timeout(Some(REPORTER_ANSWER_TIMEOUT))
+        .map_err(io)?;
+    stream
+        .write_all(
+            format!("GET /status.json HTTP/1.1\r\nHost: {listen}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .map_err(io)?;
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!(
+                "http://{listen}/status.json did not answer within {} s",
+                REPORTER_ANSWER_TIMEOUT.as_secs()
+            ));
+        }
+        stream.set_read_timeout(Some(left)).map_err(io)?;
+        let read = stream.read(&mut chunk).map_err(io)?;
+        if read == 0 {
+            break;
+        }
+        answer.extend_from_slice(&chunk[..read]);
+        if answer.len() > REPORTER_ANSWER_BYTES_MAX {
+            return Err(format!(
+                "http://{listen}/status.json answered more than {REPORTER_ANSWER_BYTES_MAX} bytes"
+            ));
+        }
+    }
+    let malformed =
+        || format!("http://{listen}/status.json answered something else than its status");
+    let split = answer
+        .windows(4)
+        .position(|window| window == b"\r\n\r\n")
+        .ok_or_else(malformed)?;
+    let status_line = answer[..split]
+        .split(|byte| *byte == b'\r')
+        .next()
+        .unwrap_or_default();
+    let status_line = String::from_utf8_lossy(status_line);
+    if status_line.split(' ').nth(1) != Some("200") {
+        return Err(format!(
+            "http://{listen}/status.json answered {status_line:?}"
+        ));
+    }
+    let document: Value = serde_json::from_slice(&answer[split + 4..]).map_err(|_| malformed())?;
+    match document["reporter"]["pid"].as_u64() {
+        Some(served) if served == pid => Ok(document),
+        Some(served) => Err(format!(
+            "http://{listen} is served by pid {served}, not by this root's elected reporter (pid {pid})"
+        )),
+        None => Err(malformed()),
+    }
+}
+
+/// `status --json`'s `reporter` and `metrics`: the election, and the
+/// elected reporter's positions and figures if it answers.
+fn reporter_json(root: &Path, elected: Option<u64>, standing_by: usize) -> (Value, Value) {
+    let listen = Settings::load(root).map(|settings| settings.metrics.listen);
+    let mut reporter = json!({
+        "pid": elected,
+        "standing_by": standing_by,
+        "listen": listen.as_ref().ok().filter(|listen| !listen.is_empty()),
+    });
+    let answer = match (&listen, elected) {
+        (Err(error), _) => Err(error.to_string()),
+        (Ok(listen), _) if listen.is_empty() => Err("[metrics] listen is empty".to_owned()),
+        (Ok(_), None) => Err("no reporter is elected".to_owned()),
+        (Ok(listen), Some(pid)) => reporter_status(listen, pid),
+    };
+    let metrics = match answer {
+        Ok(mut document) => {
+            if let (Some(ours), Some(served)) =
+                (reporter.as_object_mut(), document["reporter"].as_object())
+            {
+                for (key, value) in served {
+                    ours.entry(key.clone()).or_insert_with(|| value.clone());
+                }
+            }
+            reporter["metrics_error"] = Value::Null;
+            document["metrics"].take()
+        }
+        Err(why) => {
+            reporter["metrics_error"] = Value::from(why);
+            Value::Null
+        }
+    };
+    (reporter, metrics)
 }
 
 /// `locks [--tree]`.
@@ -426,9 +577,14 @@ pub fn status(root: &Path, output: &Output) -> CliResult<Exit> {
         }
         Err(_) => (0, 0, 0),
     };
+    let (elected, standing_by) = match &wconfd {
+        Ok((table, _)) => election(table),
+        Err(_) => (None, 0),
+    };
     let socket = |daemon: Daemon| root.join(daemon.socket_path()).display().to_string();
     let down_reason = |error: &CliError| error.message.clone();
     if output.json {
+        let (reporter, metrics) = reporter_json(root, elected, standing_by);
         output.json_value(
             &json!({
                 "root": root.display().to_string(),
@@ -453,6 +609,8 @@ pub fn status(root: &Path, output: &Output) -> CliResult<Exit> {
                         Value::Array(super::workers::workers_of(listing).to_vec())
                     }),
                 },
+                "reporter": reporter,
+                "metrics": metrics,
             }),
             false,
         );
@@ -505,6 +663,16 @@ pub fn status(root: &Path, output: &Output) -> CliResult<Exit> {
                         "{held} held by {owners} owner{}, {waiters} waiting",
                         if owners == 1 { "" } else { "s" }
                     )
+                }
+                .into(),
+            ],
+            vec![
+                "reporter".into(),
+                "".into(),
+                if wconfd.is_err() {
+                    "-".to_owned()
+                } else {
+                    election_text(elected, standing_by)
                 }
                 .into(),
             ],

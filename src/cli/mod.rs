@@ -56,8 +56,12 @@ Exit codes:
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Start wconfd and luxid on the root, in the foreground, until Ctrl-C
-    Up,
+    /// Start wconfd, luxid and a reporter on the root, in the foreground, until Ctrl-C
+    Up {
+        /// Start no reporter (no metrics, no hooks) beside the daemons
+        #[arg(long)]
+        no_reporter: bool,
+    },
     /// A tour: both daemons on a temporary root, the example jobs contending for locks and workers
     Demo,
     /// Submit a job file: a JSON list of opcodes, or a list of such lists (several jobs)
@@ -230,7 +234,7 @@ pub fn run(cli: Cli) -> ExitCode {
 fn execute(cli: &Cli, root: &Path, output: &Output) -> CliResult<Exit> {
     let done = |result: CliResult| result.map(|()| Exit::Success);
     match &cli.command {
-        Command::Up => launcher::up(root, output),
+        Command::Up { no_reporter } => launcher::up(root, output, !*no_reporter),
         Command::Demo => demo::run(output),
         Command::Submit { file } => done(jobs::submit(root, output, file)),
         Command::Exec(args) => jobs::exec(root, output, args),

@@ -320,14 +320,21 @@ fn the_demo_runs_every_example_and_exits_zero() {
 /// `warden up` on a root, running until stopped.
 struct Up {
     child: Child,
-    /// The pids `up` printed for wconfd and luxid.
+    /// The pids `up` printed for wconfd, luxid and the reporter.
     pids: Vec<(String, u32)>,
 }
 
 impl Up {
     fn start(root: &Path) -> Up {
+        Up::start_with(root, &[])
+    }
+
+    /// `warden up OPTIONS --root ROOT`.
+    fn start_with(root: &Path, options: &[&str]) -> Up {
         let mut child = Command::new(warden_binary())
-            .args(["up", "--root"])
+            .arg("up")
+            .args(options)
+            .arg("--root")
             .arg(root)
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
@@ -335,7 +342,8 @@ impl Up {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn warden up");
-        // `up` says where the daemons are once both answer; read until then.
+        // `up` says where the daemons are once both answer, its last line
+        // saying what Ctrl-C stops; read until then.
         let stderr = child.stderr.take().expect("piped");
         let (lines_in, lines_out) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -348,28 +356,35 @@ impl Up {
         });
         let mut pids = Vec::new();
         let mut seen = Vec::new();
-        while pids.len() < 2 {
+        loop {
             let line = lines_out
                 .recv_timeout(DEADLINE)
-                .unwrap_or_else(|_| panic!("warden up did not report both daemons: {seen:?}"));
+                .unwrap_or_else(|_| panic!("warden up did not report its processes: {seen:?}"));
+            if line.starts_with("Ctrl-C stops") {
+                break;
+            }
             let words: Vec<&str> = line.split_whitespace().collect();
-            if let [name @ ("wconfd" | "luxid"), _socket, "(pid", pid] = words.as_slice() {
+            if let [name @ ("wconfd" | "luxid" | "reporter"), .., "(pid", pid] = words.as_slice() {
                 let pid = pid.trim_end_matches(')').parse().expect("a pid");
                 pids.push(((*name).to_owned(), pid));
             }
             seen.push(line);
         }
+        assert!(pids.len() >= 2, "warden up did not report both daemons: {seen:?}");
         // Keep draining so that the daemons' logs never block on a full pipe.
         std::thread::spawn(move || while lines_out.recv().is_ok() {});
         Up { child, pids }
     }
 
-    fn pid_of(&self, daemon: &str) -> u32 {
+    fn pid_of(&self, name: &str) -> u32 {
+        self.pid_if(name).expect("up reported the process")
+    }
+
+    fn pid_if(&self, name: &str) -> Option<u32> {
         self.pids
             .iter()
-            .find(|(name, _)| name == daemon)
+            .find(|(named, _)| named == name)
             .map(|(_, pid)| *pid)
-            .expect("up reported the daemon")
     }
 }
 

@@ -36,6 +36,7 @@ mod prometheus_rules;
 mod queue_properties;
 mod queue_reference;
 mod reference;
+mod reporter;
 mod runner;
 mod storage_faults;
 mod sync_faults;
