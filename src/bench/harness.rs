@@ -1,15 +1,18 @@
 //! What the daemon benches share: a scratch directory for their roots, a
-//! daemon process started on one of them, a lean client of either
-//! daemon's socket (requests built by the typed request enums and encoded
-//! once, replies checked without a copy), and the fsync probe that gives
-//! every figure its floor.
+//! daemon process started on one of them, a reporter attached to them
+//! (`--reporter`), a lean client of either daemon's socket (requests built
+//! by the typed request enums and encoded once, replies checked without a
+//! copy), a client of the reporter's `/status.json`, the reading of an
+//! event sequence's position, and the fsync probe that gives every figure
+//! its floor.
 
 use std::cell::Cell;
 use std::fs::{self, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read as _, Write};
+use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -17,8 +20,12 @@ use nix::sys::signal::Signal;
 
 use serde_json::{Value, json};
 
-use super::{Result, WithContext as _, fail, log_tail, percentile};
+use super::{Measure, Result, Target, Unit, WithContext as _, fail, log_tail, percentile};
+use crate::paths::REPORTER_STATE_FILE;
+use crate::protocol::events::WatchEvents;
+use crate::protocol::wconfd::WconfdRequest;
 use crate::protocol::{ETX, Request};
+use crate::reporter::REPORTER_LOCK;
 
 /// Longest wait for any one reply: a hung daemon fails the bench instead
 /// of hanging it (and CI).
@@ -137,33 +144,8 @@ impl Daemon {
     /// SIGTERM, then waits for a clean exit.
     pub fn stop(&mut self) -> Result<()> {
         let child = self.child.as_mut().expect("the daemon is running");
-        crate::sys::send_signal(child.id(), Signal::SIGTERM)
-            .context(|| format!("cannot send SIGTERM to {}", self.name))?;
-        let deadline = Instant::now() + PROCESS_TIMEOUT;
-        let status = loop {
-            if let Some(status) = child
-                .try_wait()
-                .context(|| format!("cannot watch {}", self.name))?
-            {
-                break status;
-            }
-            if Instant::now() > deadline {
-                return fail(format!(
-                    "{} did not stop within {} s of SIGTERM",
-                    self.name,
-                    PROCESS_TIMEOUT.as_secs()
-                ));
-            }
-            thread::sleep(POLL_PAUSE);
-        };
+        terminate(child, self.name, &self.log)?;
         self.child = None;
-        if !status.success() {
-            return fail(format!(
-                "{} stopped with {status}:\n{}",
-                self.name,
-                log_tail(&self.log)
-            ));
-        }
         Ok(())
     }
 
@@ -183,6 +165,238 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.kill();
     }
+}
+
+/// SIGTERM to `child`, then waits (at most [`PROCESS_TIMEOUT`]) for it to
+/// exit, which must be a clean exit; `log` is where its error would be.
+fn terminate(child: &mut Child, name: &str, log: &Path) -> Result<()> {
+    crate::sys::send_signal(child.id(), Signal::SIGTERM)
+        .context(|| format!("cannot send SIGTERM to {name}"))?;
+    let status = wait_exit(child, name)?;
+    if !status.success() {
+        return fail(format!("{name} stopped with {status}:\n{}", log_tail(log)));
+    }
+    Ok(())
+}
+
+/// Waits for `child` to exit and reaps it, for at most
+/// [`PROCESS_TIMEOUT`].
+fn wait_exit(child: &mut Child, name: &str) -> Result<ExitStatus> {
+    let deadline = Instant::now() + PROCESS_TIMEOUT;
+    loop {
+        if let Some(status) = child
+            .try_wait()
+            .context(|| format!("cannot watch {name}"))?
+        {
+            return Ok(status);
+        }
+        if Instant::now() > deadline {
+            return fail(format!(
+                "{name} did not stop within {} s of SIGTERM",
+                PROCESS_TIMEOUT.as_secs()
+            ));
+        }
+        thread::sleep(POLL_PAUSE);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The reporter
+
+/// The settings a root needs for a reporter beside the bench's daemons:
+/// its endpoint on `listen` (`""`: none, so that runs never collide on a
+/// port). Appended to the root's `warden.toml`.
+pub fn reporter_settings(listen: &str) -> String {
+    let listen = serde_json::to_string(listen).expect("a string always serialises");
+    format!("[metrics]\nlisten = {listen}\n")
+}
+
+/// An address on the loopback no one listens on now, for a reporter's
+/// endpoint (free when asked; a run that loses it to another process
+/// fails to start its reporter, an error).
+pub fn free_loopback_address() -> Result<String> {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .context(|| "cannot find a free port on 127.0.0.1".to_owned())?;
+    let address = listener
+        .local_addr()
+        .context(|| "cannot read a bound address".to_owned())?;
+    Ok(address.to_string())
+}
+
+/// `warden reporter --root <root>` (the `warden` binary beside the
+/// bench), its stderr appended to its log. Killed, if it still runs, when
+/// dropped.
+pub struct Reporter {
+    binary: PathBuf,
+    root: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Reporter {
+    pub fn new(binary: &Path, root: &Path, log: PathBuf) -> Reporter {
+        Reporter {
+            binary: binary.to_owned(),
+            root: root.to_owned(),
+            log,
+            child: None,
+        }
+    }
+
+    /// Starts the process only; it is elected on its own
+    /// ([`wait_elected`]).
+    pub fn spawn(&mut self) -> Result<()> {
+        assert!(self.child.is_none(), "one reporter per bench root");
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .context(|| format!("cannot open {}", self.log.display()))?;
+        let child = Command::new(&self.binary)
+            .arg("reporter")
+            .arg("--root")
+            .arg(&self.root)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context(|| format!("cannot start {} reporter", self.binary.display()))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Fails if the reporter has exited (it must run until stopped).
+    pub fn check_running(&mut self) -> Result<()> {
+        let child = self.child.as_mut().expect("the reporter was spawned");
+        if let Some(status) = child
+            .try_wait()
+            .context(|| "cannot watch the reporter".to_owned())?
+        {
+            self.child = None;
+            return fail(format!(
+                "the reporter exited ({status}):\n{}",
+                log_tail(&self.log)
+            ));
+        }
+        Ok(())
+    }
+
+    /// SIGTERM, then waits for a clean exit.
+    pub fn stop(&mut self) -> Result<()> {
+        let child = self.child.as_mut().expect("the reporter is running");
+        terminate(child, "the reporter", &self.log)?;
+        self.child = None;
+        Ok(())
+    }
+
+    /// kill -9 and reaps it, as a crash (nothing if it does not run).
+    pub fn kill(&mut self) -> Result<()> {
+        if let Some(mut child) = self.child.take() {
+            child
+                .kill()
+                .and_then(|()| child.wait())
+                .context(|| "cannot kill the reporter".to_owned())?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Reporter {
+    fn drop(&mut self) {
+        let _ = self.kill();
+    }
+}
+
+/// Waits until `wconfd` lists the reporter's lock as held: a reporter is
+/// elected (and its readers started, which it does at once).
+pub fn wait_elected(wconfd: &mut Client, reporter: &mut Reporter) -> Result<()> {
+    let list = frame(&WconfdRequest::ListAllLocks.encode());
+    let deadline = Instant::now() + PROCESS_TIMEOUT;
+    loop {
+        let locks = result_of("wconfd", wconfd.call(&list)?)?;
+        let held = locks
+            .as_array()
+            .is_some_and(|locks| locks.iter().any(|lock| lock == REPORTER_LOCK));
+        if held {
+            return Ok(());
+        }
+        reporter.check_running()?;
+        if Instant::now() > deadline {
+            return fail(format!(
+                "no reporter was elected within {} s ({REPORTER_LOCK} not held)",
+                PROCESS_TIMEOUT.as_secs()
+            ));
+        }
+        thread::sleep(POLL_PAUSE);
+    }
+}
+
+/// The reporter's `/status.json` at `address`, or `None` while it does not
+/// accept (not elected yet: the endpoint opens with the election).
+pub fn reporter_status(address: &str) -> Result<Option<Value>> {
+    let Ok(mut stream) = TcpStream::connect(address) else {
+        return Ok(None);
+    };
+    stream
+        .set_read_timeout(Some(REPLY_TIMEOUT))
+        .context(|| "cannot set a reply timeout".to_owned())?;
+    let request = format!("GET /status.json HTTP/1.1\r\nHost: {address}\r\n\r\n");
+    let mut response = Vec::new();
+    stream
+        .write_all(request.as_bytes())
+        .and_then(|()| stream.read_to_end(&mut response))
+        .context(|| format!("GET /status.json of {address}"))?;
+    let text = String::from_utf8_lossy(&response);
+    match text.split_once("\r\n\r\n") {
+        Some((head, body)) if head.starts_with("HTTP/1.1 200") => serde_json::from_str(body)
+            .map(Some)
+            .context(|| format!("/status.json of {address} is not JSON")),
+        _ => fail(format!("/status.json of {address} answered {text}")),
+    }
+}
+
+/// How far the reporter's `/status.json` says it has read `daemon`'s
+/// sequence (`reporter.read.<daemon>`).
+pub fn reporter_read(status: &Value, daemon: &str) -> Result<u64> {
+    status["reporter"]["read"][daemon]
+        .as_u64()
+        .ok_or_else(|| super::Error(format!("no reporter.read.{daemon} in {status}")))
+}
+
+/// How far the reporter's saved state (`reporter/state.json` in `root`)
+/// has read `daemon`'s sequence; 0 before its first save.
+pub fn saved_read(root: &Path, daemon: &str) -> Result<u64> {
+    let path = root.join(REPORTER_STATE_FILE);
+    let bytes = match fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(error) => return fail(format!("cannot read {}: {error}", path.display())),
+    };
+    let state: Value =
+        serde_json::from_slice(&bytes).context(|| format!("{} is not JSON", path.display()))?;
+    state["read"][daemon]
+        .as_u64()
+        .ok_or_else(|| super::Error(format!("no read.{daemon} in {}", path.display())))
+}
+
+/// The last readable event of a daemon's sequence: an answer of
+/// `WatchEvents [null, null, 0]`, built as a request by `encode` (luxid's
+/// or wconfd's spelling).
+pub fn events_position(client: &mut Client, encode: fn(WatchEvents) -> Request) -> Result<u64> {
+    let now = WatchEvents {
+        since: None,
+        types: None,
+        timeout: Duration::ZERO,
+    };
+    let peer = client.peer;
+    let answer = result_of(peer, client.call(&frame(&encode(now)))?)?;
+    answer["next"]
+        .as_u64()
+        .ok_or_else(|| super::Error(format!("{peer}'s watch answered {answer}, no next")))
 }
 
 /// The scratch directory of one bench process, holding a root per run;
@@ -336,4 +550,116 @@ pub fn fsync_cost(
     fs::remove_file(&path).context(|| format!("cannot remove {}", path.display()))?;
     samples.sort_by(f64::total_cmp);
     Ok(percentile(&samples, 0.50))
+}
+
+/// What [`watch_change`] saw: the watch's result, when it arrived, and
+/// what the change answered.
+pub struct Watched<T> {
+    pub answer: Value,
+    pub answered: Instant,
+    pub change: T,
+}
+
+/// One held watch and the change it waits for: `watch` (an encoded
+/// request that is held until an event comes) is sent on `watcher` from a
+/// thread of its own, which notes the moment its answer arrives; after
+/// `hold_pause`, `change` runs on this thread (it notes when it sent the
+/// change).
+pub fn watch_change<T>(
+    watcher: &mut Client,
+    watch: &[u8],
+    hold_pause: Duration,
+    change: impl FnOnce() -> Result<T>,
+) -> Result<Watched<T>> {
+    thread::scope(|scope| {
+        let waiting = scope.spawn(|| -> Result<(Value, Instant)> {
+            let peer = watcher.peer;
+            let reply = watcher.call(watch)?;
+            let answered = Instant::now();
+            Ok((result_of(peer, reply)?, answered))
+        });
+        thread::sleep(hold_pause);
+        let change = change();
+        let watched = waiting
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        let (answer, answered) = watched?;
+        Ok(Watched {
+            answer,
+            answered,
+            change: change?,
+        })
+    })
+}
+
+/// The events of a watch's answer (`{"events": [...], "next": n}`) and
+/// its `next`.
+pub fn watch_answer(answer: &Value) -> Result<(&[Value], u64)> {
+    match (answer["events"].as_array(), answer["next"].as_u64()) {
+        (Some(events), Some(next)) => Ok((events, next)),
+        _ => fail(format!("a watch answered {answer}, not {{events, next}}")),
+    }
+}
+
+/// `later - earlier` in seconds, negative if `later` came first.
+pub fn signed_seconds(later: Instant, earlier: Instant) -> f64 {
+    match later.checked_duration_since(earlier) {
+        Some(after) => after.as_secs_f64(),
+        None => -earlier.duration_since(later).as_secs_f64(),
+    }
+}
+
+/// The samples of watched changes ([`watch_change`]), in seconds: from
+/// sending the change to the watch's answer, the change's own round trip,
+/// and the answer's arrival after the change's reply.
+#[derive(Default)]
+pub struct WatchSamples {
+    pub to_answer: Vec<f64>,
+    pub round_trips: Vec<f64>,
+    pub after_reply: Vec<f64>,
+}
+
+impl WatchSamples {
+    /// One change sent at `sent`, answered at `replied`, seen by the watch
+    /// at `answered`.
+    pub fn add(&mut self, sent: Instant, replied: Instant, answered: Instant) {
+        self.to_answer.push(signed_seconds(answered, sent));
+        self.round_trips.push(signed_seconds(replied, sent));
+        self.after_reply.push(signed_seconds(answered, replied));
+    }
+
+    /// The figures, `change` naming the request: p50 (judged against
+    /// `p50_max`) and p99 of sent to answered, the p50s of the others.
+    pub fn figures(mut self, change: &str, p50_max: f64) -> Vec<Measure> {
+        for samples in [
+            &mut self.to_answer,
+            &mut self.round_trips,
+            &mut self.after_reply,
+        ] {
+            samples.sort_by(f64::total_cmp);
+        }
+        vec![
+            Measure::new(
+                format!("p50 {change} sent to watch answered"),
+                Unit::Seconds,
+                percentile(&self.to_answer, 0.50),
+            )
+            .with_target(Target::Below(p50_max)),
+            Measure::new(
+                format!("p99 {change} sent to watch answered"),
+                Unit::Seconds,
+                percentile(&self.to_answer, 0.99),
+            ),
+            Measure::new(
+                format!("p50 {change} round trip (its reply)"),
+                Unit::Seconds,
+                percentile(&self.round_trips, 0.50),
+            ),
+            Measure::new(
+                "p50 watch answered after the reply",
+                Unit::Seconds,
+                percentile(&self.after_reply, 0.50),
+            ),
+        ]
+    }
 }

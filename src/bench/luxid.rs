@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! cargo build --release --bins
-//! target/release/luxid-bench [throughput|latency|restart] [--runs N] [--quick] [--dir DIR]
+//! target/release/luxid-bench [throughput|latency|restart|events] [--runs N] [--quick] [--dir DIR]
+//!     [--runner PATH] [--reporter]
 //! ```
 //!
 //! Every run of a scenario starts the `wconfd` and `luxid` binaries that sit
@@ -43,6 +44,20 @@
 //!   `QueryJobs` reply, its resident memory then (VmRSS of
 //!   /proc/<pid>/status, and its peak, VmHWM), and the round trip of a
 //!   `QueryJobs` of one job (`["id", "status"]`) over 1,000 calls.
+//! - `events`: one connection holds `WatchEvents [since,
+//!   ["job.submitted"], 30]`, another submits a job of `OP_TEST_DELAY
+//!   0.001`; the time from sending the `SubmitJob` to the watch's answer
+//!   arriving (and the submit's own round trip beside it). `since` is where
+//!   the last answer left off (the first from `[null, null, 0]`), so a
+//!   watch that reaches luxid late cannot miss its event; each submit is
+//!   sent [`WATCH_HOLD_PAUSE`] after its watch, which luxid has filed by
+//!   then. Jobs run meanwhile, as they would.
+//!
+//! `--reporter`: once wconfd and luxid answer, a `warden reporter`
+//! (beside this executable) is started on the root (its endpoint off:
+//! `[metrics] listen = ""`) and elected before the scenario goes on; it
+//! is stopped (SIGTERM, reaped) with the daemons. In `restart` it starts
+//! once luxid has answered its first `QueryJobs`.
 //!
 //! As in wconfd-bench: the box is shared and noisy, so each scenario runs
 //! several times and the summary shows medians. Every reply is checked
@@ -58,7 +73,8 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::harness::{
-    self, Client, Daemon, POLL_PAUSE, PROCESS_TIMEOUT, Workspace, frame, fsync_cost,
+    self, Client, Daemon, POLL_PAUSE, PROCESS_TIMEOUT, Reporter, WatchSamples, Workspace,
+    events_position, frame, fsync_cost, reporter_settings, wait_elected,
 };
 use super::{
     CommandLine, Context as BenchContext, Measure, Report, Target, Unit, counted, grouped,
@@ -70,17 +86,22 @@ use crate::jobs::opcode::{OP_EXEC, OP_TEST_DELAY, with_submit_reason};
 use crate::jobs::{Job, JobId, LOG_MESSAGE, LogEntry, QueuedOpcode, Status, Timestamp};
 use crate::liveness::job_livelock_name;
 use crate::paths::{LIVELOCK_DIR, QUEUE_DIR, SETTINGS_FILE};
+use crate::protocol::Request;
+use crate::protocol::events::WatchEvents;
 use crate::protocol::luxi::LuxiRequest;
 use crate::queue::{Queue, encode_job, job_path};
 use rayon::prelude::*;
 use serde_json::{Value, json};
 
 const USAGE: &str = "\
-usage: luxid-bench [throughput|latency|restart] [--runs N] [--quick] [--dir DIR] [--runner PATH]
+usage: luxid-bench [throughput|latency|restart|events] [--runs N] [--quick] [--dir DIR]
+                   [--runner PATH] [--reporter]
   --dir DIR      where the temporary roots go (default: the temp directory);
                  its file system's fsync cost bounds every submit
   --runner PATH  the job-runner luxid starts (its `runner_path` setting;
-                 default: the one beside luxid)";
+                 default: the one beside luxid)
+  --reporter     a `warden reporter` (beside this executable) on every root once
+                 the daemons answer, elected before measuring, stopped with them";
 
 // The targets of design/PERFORMANCE.md (the luxid issue).
 const THROUGHPUT_JOBS_PER_SECOND_MIN: f64 = 360.0;
@@ -89,6 +110,7 @@ const NOTIFICATION_P50_SECONDS_MAX: f64 = 5e-3;
 const RESTART_SECONDS_MAX: f64 = 2.0;
 const RESTART_RSS_BYTES_MAX: f64 = 200.0 * 1024.0 * 1024.0;
 const QUERY_P50_SECONDS_MAX: f64 = 1e-3;
+const EVENT_P50_SECONDS_MAX: f64 = 5e-3;
 
 /// The settings of every root: the scheduler's limit of the targets.
 const SETTINGS: &str = "[luxid]\nmax_running_jobs = 20\n";
@@ -104,6 +126,12 @@ const LATENCY_WAIT_SECONDS: f64 = 10.0;
 /// second without change of the highest unfinished job, the list of the
 /// others is refreshed (which also tells a stalled queue).
 const THROUGHPUT_WAIT_SECONDS: f64 = 1.0;
+/// The `WatchEvents` timeout of `events`: far above any plausible delay,
+/// so a timeout means a lost event (an error).
+const WATCH_TIMEOUT: Duration = Duration::from_secs(30);
+/// From sending a watch to sending the submit it waits for: luxid reads
+/// and files a request in tens of microseconds.
+const WATCH_HOLD_PAUSE: Duration = Duration::from_millis(1);
 /// A queue in which no job ends for this long has stalled (an error).
 const STALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Threads removing a run's job files (see [`remove_files_in_parallel`]).
@@ -137,16 +165,23 @@ enum Scenario {
     Throughput,
     Latency,
     Restart,
+    Events,
 }
 
 impl bench::Scenario for Scenario {
-    const ALL: &'static [Scenario] = &[Scenario::Throughput, Scenario::Latency, Scenario::Restart];
+    const ALL: &'static [Scenario] = &[
+        Scenario::Throughput,
+        Scenario::Latency,
+        Scenario::Restart,
+        Scenario::Events,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Scenario::Throughput => "throughput",
             Scenario::Latency => "latency",
             Scenario::Restart => "restart",
+            Scenario::Events => "events",
         }
     }
 }
@@ -157,6 +192,7 @@ impl Scenario {
             Scenario::Throughput => throughput(bench),
             Scenario::Latency => latency(bench),
             Scenario::Restart => restart(bench),
+            Scenario::Events => events(bench),
         }
     }
 }
@@ -167,6 +203,8 @@ struct Options {
     dir: PathBuf,
     /// The runner luxid starts, if not the one beside it.
     runner: Option<PathBuf>,
+    /// A reporter beside the daemons.
+    reporter: bool,
 }
 
 impl Options {
@@ -174,11 +212,13 @@ impl Options {
     fn parse(args: &[String]) -> std::result::Result<Option<Options>, String> {
         let mut dir = std::env::temp_dir();
         let mut runner = None;
+        let mut reporter = false;
         let shared = CommandLine::parse("luxid-bench", args, RUNS_DEFAULT, |arg, rest| {
             let mut value = || rest.next().ok_or(format!("{arg} needs a path"));
             match arg {
                 "--dir" => dir = PathBuf::from(value()?),
                 "--runner" => runner = Some(PathBuf::from(value()?)),
+                "--reporter" => reporter = true,
                 _ => return Ok(false),
             }
             Ok(true)
@@ -187,6 +227,7 @@ impl Options {
             shared,
             dir,
             runner,
+            reporter,
         }))
     }
 }
@@ -201,6 +242,8 @@ struct Sizes {
     restart_jobs: usize,
     /// Round trips of the one-job `QueryJobs` after the restart.
     restart_queries: usize,
+    /// Watched submits of `events`.
+    event_samples: usize,
 }
 
 impl Sizes {
@@ -209,6 +252,7 @@ impl Sizes {
         latency_jobs: 200,
         restart_jobs: 100_000,
         restart_queries: 1_000,
+        event_samples: 500,
     };
 
     /// A smoke run for CI: every code path and check, in a few seconds. Its
@@ -218,6 +262,7 @@ impl Sizes {
         latency_jobs: 20,
         restart_jobs: 1_000,
         restart_queries: 100,
+        event_samples: 20,
     };
 }
 
@@ -231,6 +276,8 @@ struct Bench {
     runner: PathBuf,
     /// `--runner`: written into each root's settings as `runner_path`.
     runner_setting: Option<PathBuf>,
+    /// `--reporter`: `warden`, whose reporter runs beside the daemons.
+    reporter: Option<PathBuf>,
     workspace: Workspace,
     sizes: &'static Sizes,
     runs: usize,
@@ -253,6 +300,19 @@ impl Bench {
                 ))
             }
         });
+        let reporter = if options.reporter {
+            let warden = exe.with_file_name("warden");
+            if !warden.is_file() {
+                return fail(format!(
+                    "no warden next to this executable ({}), whose reporter --reporter \
+                     runs: build every binary (cargo build --release --bins)",
+                    warden.display()
+                ));
+            }
+            Some(warden)
+        } else {
+            None
+        };
         let runner_setting = match &options.runner {
             Some(path) => Some(
                 path.canonicalize()
@@ -265,6 +325,7 @@ impl Bench {
             luxid: luxid?,
             runner: runner_setting.clone().map_or(runner, Ok)?,
             runner_setting,
+            reporter,
             workspace: Workspace::create(&options.dir, "luxid-bench")?,
             sizes: if options.shared.quick {
                 &Sizes::QUICK
@@ -674,6 +735,7 @@ fn restart(bench: &Bench) -> Result<Vec<Measure>> {
         .and_then(|rows| expect_success_row(&rows, 1))
         .map_err(|error| Error(format!("the first QueryJobs after the restart: {error}")))?;
     let ready = spawned.elapsed();
+    cluster.attach_reporter()?;
     let pid = cluster.luxid.pid();
     let rss = memory_bytes(pid, "VmRSS")?;
     let peak = memory_bytes(pid, "VmHWM")?;
@@ -829,6 +891,52 @@ fn memory_bytes(pid: u32, field: &str) -> Result<u64> {
 }
 
 // ---------------------------------------------------------------------------
+// Scenario: events
+
+fn events(bench: &Bench) -> Result<Vec<Measure>> {
+    let mut cluster = Cluster::start(bench)?;
+    let mut submitter = cluster.luxid.connect()?;
+    let mut watcher = cluster.luxid.connect()?;
+    let submit = submit_frame(&json!({"OP_ID": OP_TEST_DELAY, "duration": DELAY_SECONDS}));
+    let mut since = events_position(&mut watcher, watch_request)?;
+    let samples = bench.sizes.event_samples;
+    let mut watched_samples = WatchSamples::default();
+    for sample in 0..samples {
+        let watch = frame(&watch_request(WatchEvents {
+            since: Some(since),
+            types: Some(vec!["job.submitted".to_owned()]),
+            timeout: WATCH_TIMEOUT,
+        }));
+        let watched = harness::watch_change(&mut watcher, &watch, WATCH_HOLD_PAUSE, || {
+            let sent = Instant::now();
+            let id = submitted_id(submitter.call(&submit)?).context(|| "SubmitJob".to_owned())?;
+            Ok((sent, Instant::now(), id))
+        })
+        .context(|| format!("sample {sample} of {samples}"))?;
+        let (sent, replied, id) = watched.change;
+        let (events, next) = harness::watch_answer(&watched.answer)?;
+        match events {
+            [event] if event["type"] == "job.submitted" && event["id"] == id => {}
+            _ => {
+                return fail(format!(
+                    "the watch for job {id}'s submission answered {}",
+                    short(&watched.answer)
+                ));
+            }
+        }
+        since = next;
+        watched_samples.add(sent, replied, watched.answered);
+    }
+    cluster.stop()?;
+    Ok(watched_samples.figures("SubmitJob", EVENT_P50_SECONDS_MAX))
+}
+
+/// `WatchEvents` as a request.
+fn watch_request(watch: WatchEvents) -> Request {
+    LuxiRequest::WatchEvents(watch).encode()
+}
+
+// ---------------------------------------------------------------------------
 // Daemons
 
 /// wconfd and luxid on a fresh root of their own. Both are killed and the
@@ -839,6 +947,8 @@ struct Cluster {
     root: PathBuf,
     wconfd: Daemon,
     luxid: Daemon,
+    /// `--reporter`: started by [`Cluster::attach_reporter`].
+    reporter: Option<Reporter>,
 }
 
 impl Cluster {
@@ -852,26 +962,50 @@ impl Cluster {
         if let Some(runner) = &bench.runner_setting {
             text.push_str(&format!("runner_path = {}\n", toml_string(runner)));
         }
+        if bench.reporter.is_some() {
+            text.push_str(&reporter_settings(""));
+        }
         fs::write(&settings, text).context(|| format!("cannot write {}", settings.display()))?;
+        let reporter = bench
+            .reporter
+            .as_ref()
+            .map(|warden| Reporter::new(warden, &root, dir.join("reporter.log")));
         Ok(Cluster {
             wconfd: daemon("wconfd", &bench.wconfd, &dir, &root),
             luxid: daemon("luxid", &bench.luxid, &dir, &root),
+            reporter,
             root,
             dir,
         })
     }
 
-    /// A fresh root with wconfd and luxid answering.
+    /// A fresh root with wconfd and luxid answering (and the reporter
+    /// elected, with `--reporter`).
     fn start(bench: &Bench) -> Result<Cluster> {
         let mut cluster = Cluster::create(bench)?;
         cluster.wconfd.spawn()?;
         cluster.luxid.spawn()?;
+        cluster.attach_reporter()?;
         Ok(cluster)
     }
 
-    /// Waits until no runner is left, then stops luxid and wconfd.
+    /// With `--reporter`: starts the reporter and waits until it is
+    /// elected (the daemons answer already).
+    fn attach_reporter(&mut self) -> Result<()> {
+        if let Some(reporter) = &mut self.reporter {
+            reporter.spawn()?;
+            wait_elected(&mut self.wconfd.connect()?, reporter)?;
+        }
+        Ok(())
+    }
+
+    /// Waits until no runner is left, then stops the reporter, luxid and
+    /// wconfd.
     fn stop(&mut self) -> Result<()> {
         self.wait_for_runners()?;
+        if let Some(reporter) = &mut self.reporter {
+            reporter.stop()?;
+        }
         self.luxid.stop()?;
         self.wconfd.stop()
     }
@@ -908,6 +1042,9 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        if let Some(reporter) = &mut self.reporter {
+            let _ = reporter.kill();
+        }
         let _ = self.luxid.kill();
         let _ = self.wconfd.kill();
         remove_files_in_parallel(&self.root.join(QUEUE_DIR));
@@ -1117,6 +1254,14 @@ fn describe(scenario: Scenario, sizes: &Sizes) -> String {
             grouped(sizes.restart_jobs as u64),
             grouped(sizes.restart_queries as u64),
         ),
+        Scenario::Events => format!(
+            "one connection holds WatchEvents [since, [\"job.submitted\"], 30] (since: where \
+             the last answer ended),\n   another submits, {} later, a job of OP_TEST_DELAY \
+             {DELAY_SECONDS} s: time from sending the SubmitJob\n   to the watch's answer \
+             arriving (that job's job.submitted); {} samples, jobs left to run",
+            Unit::Seconds.format(WATCH_HOLD_PAUSE.as_secs_f64()),
+            grouped(sizes.event_samples as u64),
+        ),
     }
 }
 
@@ -1143,6 +1288,14 @@ fn print_context(bench: &Bench) -> Result<()> {
         ("runner", &bench.runner),
     ] {
         println!("{name:<8}: {} (built {})", path.display(), age(path));
+    }
+    match &bench.reporter {
+        Some(warden) => println!(
+            "reporter: {} reporter (built {}), [metrics] listen = \"\"",
+            warden.display(),
+            age(warden)
+        ),
+        None => println!("reporter: none"),
     }
     println!(
         "roots   : {} ({})",

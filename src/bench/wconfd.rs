@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! cargo build --release --bins
-//! target/release/wconfd-bench [throughput|latency|scale|death] [--runs N] [--quick] [--dir DIR]
+//! target/release/wconfd-bench [throughput|latency|scale|death|events|reporter] [--runs N] [--quick]
+//!     [--dir DIR] [--reporter]
 //! ```
 //!
 //! Every run of a scenario starts the `wconfd` binary that sits next to this
@@ -30,6 +31,30 @@
 //!   and after kill -9.
 //! - `death`: a child process holds `node/x`, an owner blocks on it with
 //!   `awaitLocks`; time from kill -9 of the holder to the waiter's grant.
+//! - `events`: one connection holds `watchEvents [since, ["lock.granted"],
+//!   30]`, another sends a `tryUpdateLocks` that grants `node/<own>`; the
+//!   time from sending the update to the watch's answer arriving (and the
+//!   update's own round trip beside it), then the release (not measured).
+//!   `since` is where the last answer left off (the first from `[null,
+//!   null, 0]`), so a watch that reaches wconfd late cannot miss its event;
+//!   each update is sent [`WATCH_HOLD_PAUSE`] after its watch, which an
+//!   idle wconfd has filed by then.
+//! - `reporter`: 16 clients churn locks (acquire/release pipelined, one
+//!   event per update) until the sequence holds 200,000 events, with no
+//!   reporter; then `warden reporter` (beside this executable, its
+//!   endpoint on a free loopback port) is started and `/status.json`
+//!   polled until `reporter.read.wconfd` reaches the last event: events per
+//!   second, spawn to caught up. Once `reporter/state.json` holds that
+//!   position, the reporter is killed with SIGKILL, 20,000 more events are
+//!   made, and a second reporter is started: its catch-up (spawn, election
+//!   once wconfd sees the first one dead, reading from the saved position)
+//!   must cost the new events, not the whole sequence.
+//!
+//! `--reporter`: every wconfd started (not the null server) gets a
+//! `warden reporter` on its root once it answers (its endpoint off:
+//! `[metrics] listen = ""`), elected before the scenario goes on, stopped
+//! (SIGTERM, reaped) with wconfd. Its lock (`service/reporter`) is left
+//! out of the lock counts the scenarios check.
 //!
 //! Owners are `[name, <root>/livelocks/<name>, pid]`. This process holds
 //! (flock) the livelock of every owner it acts as, except the holders of
@@ -50,7 +75,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::harness::{self, Client, Daemon, REPLY_TIMEOUT, Workspace, frame, fsync_cost};
+use super::harness::{
+    self, Client, Daemon, POLL_PAUSE, PROCESS_TIMEOUT, REPLY_TIMEOUT, Reporter, WatchSamples,
+    Workspace, events_position, frame, free_loopback_address, fsync_cost, reporter_read,
+    reporter_settings, reporter_status, saved_read, wait_elected,
+};
 use super::{
     CommandLine, Context as BenchContext, Measure, Report, Target, Unit, counted, grouped,
     percentile, print_mode,
@@ -59,18 +88,23 @@ use super::{RUNS_DEFAULT, Result, WithContext as _, age, fail, file_system};
 use crate::bench;
 use crate::liveness::Livelock;
 use crate::locks::{Entry, LockName, Owner};
+use crate::paths::SETTINGS_FILE;
 use crate::paths::{
     LIVELOCK_DIR, LOCK_JOURNAL_FILE as JOURNAL_FILE, WCONFD_SOCKET_PATH as SOCKET_PATH,
 };
-use crate::protocol::ETX;
+use crate::protocol::events::WatchEvents;
 use crate::protocol::wconfd::WconfdRequest;
+use crate::protocol::{ETX, Request};
 use crate::store::lock_state::{JOURNAL_HEADER_BYTES, RECORD_HEADER_BYTES};
 use serde_json::{Value, json};
 
 const USAGE: &str = "\
-usage: wconfd-bench [throughput|latency|scale|death] [--runs N] [--quick] [--dir DIR]
-  --dir DIR  where the temporary wconfd roots go (default: the temp directory);
-             its file system's fsync cost bounds every figure";
+usage: wconfd-bench [throughput|latency|scale|death|events|reporter] [--runs N] [--quick]
+                    [--dir DIR] [--reporter]
+  --dir DIR   where the temporary wconfd roots go (default: the temp directory);
+              its file system's fsync cost bounds every figure
+  --reporter  a `warden reporter` (beside this executable) on every wconfd's root,
+              elected before each scenario measures, stopped with wconfd";
 
 // The targets of design/PERFORMANCE.md.
 const THROUGHPUT_RPCS_PER_SECOND_MIN: f64 = 100_000.0;
@@ -79,6 +113,21 @@ const LATENCY_OVER_FSYNC_SECONDS_MAX: f64 = 30e-6;
 const SCALE_RATIO_MAX: f64 = 2.0;
 const RESTART_SECONDS_MAX: f64 = 1.0;
 const DEATH_P99_SECONDS_MAX: f64 = 0.050;
+const EVENT_P50_SECONDS_MAX: f64 = 5e-3;
+const REPORTER_EVENTS_PER_SECOND_MIN: f64 = 20_000.0;
+
+/// The `watchEvents` timeout of `events`: far above any plausible delay,
+/// so a timeout means a lost event (an error).
+const WATCH_TIMEOUT: Duration = Duration::from_secs(30);
+/// From sending a watch to sending the change it waits for: an idle wconfd
+/// reads and files a request in tens of microseconds.
+const WATCH_HOLD_PAUSE: Duration = Duration::from_millis(1);
+/// Clients churning locks to build the sequence of `reporter`, each with
+/// this many updates in flight (one turn, one journal write for many).
+const CHURN_CLIENTS: usize = 16;
+const CHURN_BATCH: usize = 250;
+/// How often `reporter` asks the reporter's `/status.json` how far it is.
+const STATUS_POLL_PAUSE: Duration = Duration::from_millis(5);
 
 /// The waiter's `awaitLocks` timeout in `death`: far above any plausible
 /// detection time, so a timeout means detection failed.
@@ -123,6 +172,8 @@ enum Scenario {
     Latency,
     Scale,
     Death,
+    Events,
+    Reporter,
 }
 
 impl bench::Scenario for Scenario {
@@ -131,6 +182,8 @@ impl bench::Scenario for Scenario {
         Scenario::Latency,
         Scenario::Scale,
         Scenario::Death,
+        Scenario::Events,
+        Scenario::Reporter,
     ];
 
     fn name(self) -> &'static str {
@@ -139,6 +192,8 @@ impl bench::Scenario for Scenario {
             Scenario::Latency => "latency",
             Scenario::Scale => "scale",
             Scenario::Death => "death",
+            Scenario::Events => "events",
+            Scenario::Reporter => "reporter",
         }
     }
 }
@@ -150,6 +205,8 @@ impl Scenario {
             Scenario::Latency => latency(bench),
             Scenario::Scale => scale(bench),
             Scenario::Death => death(bench),
+            Scenario::Events => events(bench),
+            Scenario::Reporter => reporter(bench),
         }
     }
 }
@@ -158,20 +215,28 @@ struct Options {
     shared: CommandLine<Scenario>,
     /// Parent of the temporary roots.
     dir: PathBuf,
+    /// A reporter beside every wconfd.
+    reporter: bool,
 }
 
 impl Options {
     /// `None` for `--help`.
     fn parse(args: &[String]) -> std::result::Result<Option<Options>, String> {
         let mut dir = std::env::temp_dir();
+        let mut reporter = false;
         let shared = CommandLine::parse("wconfd-bench", args, RUNS_DEFAULT, |arg, rest| {
-            if arg != "--dir" {
-                return Ok(false);
+            match arg {
+                "--dir" => dir = PathBuf::from(rest.next().ok_or("--dir needs a path")?),
+                "--reporter" => reporter = true,
+                _ => return Ok(false),
             }
-            dir = PathBuf::from(rest.next().ok_or("--dir needs a path")?);
             Ok(true)
         })?;
-        Ok(shared.map(|shared| Options { shared, dir }))
+        Ok(shared.map(|shared| Options {
+            shared,
+            dir,
+            reporter,
+        }))
     }
 }
 
@@ -200,6 +265,13 @@ struct Sizes {
     setup_batch: usize,
     /// Holders killed per run of `death`.
     death_kills: usize,
+    /// Watched updates of `events`.
+    event_samples: usize,
+    /// Events in the sequence before the first reporter of `reporter`
+    /// starts, at least ...
+    reporter_events: usize,
+    /// ... and events made while no reporter runs, before the second.
+    takeover_events: usize,
 }
 
 impl Sizes {
@@ -216,6 +288,9 @@ impl Sizes {
         scale_locks_per_owner: 10,
         setup_batch: 250,
         death_kills: 100,
+        event_samples: 1_000,
+        reporter_events: 200_000,
+        takeover_events: 20_000,
     };
 
     /// A smoke run for CI: every code path and check, in a few seconds. Its
@@ -233,6 +308,9 @@ impl Sizes {
         scale_locks_per_owner: 10,
         setup_batch: 30,
         death_kills: 3,
+        event_samples: 30,
+        reporter_events: 2_000,
+        takeover_events: 500,
     };
 }
 
@@ -242,6 +320,11 @@ struct Bench {
     /// This executable (started again as the holder of `death`).
     exe: PathBuf,
     wconfd: PathBuf,
+    /// `warden`, for its reporter (`reporter`, `--reporter`); `None` if
+    /// not built.
+    warden: Option<PathBuf>,
+    /// `--reporter`.
+    attach_reporter: bool,
     workspace: Workspace,
     sizes: &'static Sizes,
     runs: usize,
@@ -258,6 +341,16 @@ impl Bench {
                 "no wconfd next to this executable ({}): build every binary \
                  (cargo build --release --bins)",
                 wconfd.display()
+            ));
+        }
+        let warden = Some(exe.with_file_name("warden")).filter(|path| path.is_file());
+        let wants_warden =
+            options.reporter || options.shared.scenarios.contains(&Scenario::Reporter);
+        if wants_warden && warden.is_none() {
+            return fail(format!(
+                "no warden next to this executable ({}), whose reporter the bench runs: \
+                 build every binary (cargo build --release --bins)",
+                exe.with_file_name("warden").display()
             ));
         }
         let sizes = if options.shared.quick {
@@ -278,6 +371,8 @@ impl Bench {
         Ok(Bench {
             exe,
             wconfd,
+            warden,
+            attach_reporter: options.reporter,
             workspace: Workspace::create(&options.dir, "wconfd-bench")?,
             sizes,
             runs: options.shared.runs,
@@ -750,6 +845,241 @@ fn death(bench: &Bench) -> Result<Vec<Measure>> {
     ])
 }
 
+// ---------------------------------------------------------------------------
+// Scenario: events
+
+fn events(bench: &Bench) -> Result<Vec<Measure>> {
+    let mut wconfd = Wconfd::start(bench)?;
+    let owner = BenchOwner::new(&wconfd.livelock_dir, "events")?;
+    let [acquire, release] = lock_pair(&owner);
+    let mut updater = wconfd.connect()?;
+    let mut watcher = wconfd.connect()?;
+    let mut since = events_position(&mut watcher, watch_request)?;
+    let samples = bench.sizes.event_samples;
+    let mut watched_samples = WatchSamples::default();
+    for sample in 0..samples {
+        let watch = frame(&watch_request(WatchEvents {
+            since: Some(since),
+            types: Some(vec!["lock.granted".to_owned()]),
+            timeout: WATCH_TIMEOUT,
+        }));
+        let watched = harness::watch_change(&mut watcher, &watch, WATCH_HOLD_PAUSE, || {
+            let sent = Instant::now();
+            updater.call_granted(&acquire)?;
+            Ok((sent, Instant::now()))
+        })
+        .context(|| format!("sample {sample} of {samples}"))?;
+        let (sent, replied) = watched.change;
+        let (events, next) = harness::watch_answer(&watched.answer)?;
+        match events {
+            [event] if event["type"] == "lock.granted" && event["owner"] == owner.name.as_str() => {
+            }
+            _ => {
+                return fail(format!(
+                    "the watch for {}'s grant answered {}",
+                    owner.name, watched.answer
+                ));
+            }
+        }
+        since = next;
+        watched_samples.add(sent, replied, watched.answered);
+        updater
+            .call_granted(&release)
+            .context(|| format!("release of {}", owner.name))?;
+    }
+    expect_lock_count(&wconfd, 0).context(|| "after the updates".to_owned())?;
+    wconfd.stop()?;
+    Ok(watched_samples.figures("update", EVENT_P50_SECONDS_MAX))
+}
+
+/// `watchEvents` as a request.
+fn watch_request(watch: WatchEvents) -> Request {
+    WconfdRequest::WatchEvents(watch).encode()
+}
+
+// ---------------------------------------------------------------------------
+// Scenario: reporter
+
+fn reporter(bench: &Bench) -> Result<Vec<Measure>> {
+    let sizes = bench.sizes;
+    let address = free_loopback_address()?;
+    let mut wconfd = Wconfd::create(bench, ServerKind::Wconfd, &reporter_settings(&address))?;
+    wconfd.spawn()?;
+    let warden = bench.warden.as_ref().expect("found at the bench's start");
+    let mut control = wconfd.connect()?;
+
+    let churned = Instant::now();
+    let before = events_position(&mut control, watch_request)?;
+    let last = churn_until(&wconfd, &mut control, sizes.reporter_events as u64, "churn")?;
+    let churn_rate = (last - before) as f64 / churned.elapsed().as_secs_f64();
+
+    // A reporter with nothing saved reads the whole sequence.
+    let mut first = Reporter::new(warden, &wconfd.root, wconfd.dir.join("reporter-1.log"));
+    let spawned = Instant::now();
+    first.spawn()?;
+    wait_read(&mut first, &address, last)?;
+    let first_seconds = spawned.elapsed().as_secs_f64();
+    let first_events = last;
+
+    // Its position saved, a crash; more events meanwhile.
+    wait_saved(&mut first, &wconfd.root, last)?;
+    first.kill()?;
+    let saved = saved_read(&wconfd.root, "wconfd")?;
+    let target = last + sizes.takeover_events as u64;
+    let last = churn_until(&wconfd, &mut control, target, "more")?;
+    let new_events = last - saved;
+
+    // The next one resumes from the saved position.
+    let mut second = Reporter::new(warden, &wconfd.root, wconfd.dir.join("reporter-2.log"));
+    let spawned = Instant::now();
+    second.spawn()?;
+    wait_read(&mut second, &address, last)?;
+    let takeover_seconds = spawned.elapsed().as_secs_f64();
+    second.stop()?;
+    expect_lock_count(&wconfd, 0).context(|| "after the churn".to_owned())?;
+    wconfd.stop()?;
+
+    let target = Target::AtLeast(REPORTER_EVENTS_PER_SECOND_MIN);
+    Ok(vec![
+        Measure::new(
+            format!("sequence built ({CHURN_CLIENTS} clients, pipelined)"),
+            Unit::PerSecond,
+            churn_rate,
+        ),
+        Measure::new(
+            format!(
+                "first reporter, spawn to {} events read",
+                grouped(first_events)
+            ),
+            Unit::Seconds,
+            first_seconds,
+        ),
+        Measure::new(
+            "first reporter, events read",
+            Unit::PerSecond,
+            first_events as f64 / first_seconds,
+        )
+        .with_target(target),
+        Measure::new(
+            format!(
+                "takeover after kill -9, spawn to {} new events read",
+                grouped(new_events)
+            ),
+            Unit::Seconds,
+            takeover_seconds,
+        ),
+        Measure::new(
+            "takeover, new events read",
+            Unit::PerSecond,
+            new_events as f64 / takeover_seconds,
+        )
+        .with_target(target),
+        Measure::new(
+            "takeover / first reporter, time",
+            Unit::Ratio,
+            takeover_seconds / first_seconds,
+        ),
+    ])
+}
+
+/// Churns locks ([`CHURN_CLIENTS`] clients, [`CHURN_BATCH`] updates in
+/// flight each, one event per update) until wconfd's sequence reaches
+/// `target`; answers its last event then.
+fn churn_until(wconfd: &Wconfd, control: &mut Client, target: u64, tag: &str) -> Result<u64> {
+    let owners = (0..CHURN_CLIENTS)
+        .map(|index| BenchOwner::new(&wconfd.livelock_dir, &format!("{tag}-{index}")))
+        .collect::<Result<Vec<_>>>()?;
+    loop {
+        let position = events_position(control, watch_request)?;
+        if position >= target {
+            return Ok(position);
+        }
+        // Pairs of updates per client, so each ends holding nothing.
+        let missing = (target - position) as usize;
+        let updates = 2 * missing.div_ceil(2 * CHURN_CLIENTS);
+        let connections = (0..CHURN_CLIENTS)
+            .map(|_| wconfd.connect())
+            .collect::<Result<Vec<_>>>()?;
+        thread::scope(|scope| {
+            let workers: Vec<_> = owners
+                .iter()
+                .zip(connections)
+                .map(|(owner, client)| scope.spawn(move || churn(client, owner, updates)))
+                .collect();
+            workers.into_iter().try_for_each(|worker| {
+                worker
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+        })?;
+    }
+}
+
+/// One client of the churn: `updates` (even) lock updates of its own
+/// owner, acquire and release in turn, [`CHURN_BATCH`] sent before their
+/// replies are read, every reply checked.
+fn churn(mut client: Client, owner: &BenchOwner, updates: usize) -> Result<()> {
+    let pair = lock_pair(owner);
+    let mut left = updates;
+    let mut batch = Vec::new();
+    while left > 0 {
+        let count = left.min(CHURN_BATCH);
+        batch.clear();
+        for index in 0..count {
+            batch.extend_from_slice(&pair[index % 2]);
+        }
+        client.send(&batch)?;
+        for _ in 0..count {
+            expect_granted(client.receive()?).context(|| format!("churn of {}", owner.name))?;
+        }
+        left -= count;
+    }
+    Ok(())
+}
+
+/// Waits until the reporter's `/status.json` at `address` says it has read
+/// wconfd's sequence up to `last`.
+fn wait_read(reporter: &mut Reporter, address: &str, last: u64) -> Result<()> {
+    let deadline = Instant::now() + PROCESS_TIMEOUT;
+    let mut read = 0;
+    loop {
+        if let Some(status) = reporter_status(address)? {
+            read = reporter_read(&status, "wconfd")?;
+            if read >= last {
+                return Ok(());
+            }
+        }
+        reporter.check_running()?;
+        if Instant::now() > deadline {
+            return fail(format!(
+                "the reporter read {read} of {last} events in {} s",
+                PROCESS_TIMEOUT.as_secs()
+            ));
+        }
+        thread::sleep(STATUS_POLL_PAUSE);
+    }
+}
+
+/// Waits until the reporter's saved state holds wconfd's sequence up to
+/// `last` at least (it saves every second).
+fn wait_saved(reporter: &mut Reporter, root: &Path, last: u64) -> Result<()> {
+    let deadline = Instant::now() + PROCESS_TIMEOUT;
+    loop {
+        let saved = saved_read(root, "wconfd")?;
+        if saved >= last {
+            return Ok(());
+        }
+        reporter.check_running()?;
+        if Instant::now() > deadline {
+            return fail(format!(
+                "the reporter saved {saved} of {last} events read in {} s",
+                PROCESS_TIMEOUT.as_secs()
+            ));
+        }
+        thread::sleep(POLL_PAUSE.max(STATUS_POLL_PAUSE));
+    }
+}
+
 /// Repeats `frame` until its result is `expected`, for at most
 /// [`REPLY_TIMEOUT`]. Queries change nothing, so each costs no sync.
 fn wait_until(client: &mut Client, frame: &[u8], expected: &Value) -> Result<()> {
@@ -856,6 +1186,9 @@ struct Wconfd {
     dir: PathBuf,
     root: PathBuf,
     livelock_dir: PathBuf,
+    /// `--reporter`: started by [`Wconfd::spawn`] once wconfd answers (if
+    /// it does not run yet), stopped by [`Wconfd::stop`].
+    reporter: Option<Reporter>,
 }
 
 /// What answers on the socket.
@@ -872,10 +1205,35 @@ impl Wconfd {
         Wconfd::start_kind(bench, ServerKind::Wconfd)
     }
 
+    /// Starts `kind` on a fresh root (with a reporter beside wconfd if
+    /// `--reporter` asks) and waits until it answers.
     fn start_kind(bench: &Bench, kind: ServerKind) -> Result<Wconfd> {
+        let attach = bench.attach_reporter && kind == ServerKind::Wconfd;
+        let settings = if attach {
+            reporter_settings("")
+        } else {
+            String::new()
+        };
+        let mut wconfd = Wconfd::create(bench, kind, &settings)?;
+        if attach {
+            let warden = bench.warden.as_ref().expect("found at the bench's start");
+            let log = wconfd.dir.join("reporter.log");
+            wconfd.reporter = Some(Reporter::new(warden, &wconfd.root, log));
+        }
+        wconfd.spawn()?;
+        Ok(wconfd)
+    }
+
+    /// A fresh root with `settings` as its `warden.toml` (none if empty);
+    /// nothing runs yet.
+    fn create(bench: &Bench, kind: ServerKind, settings: &str) -> Result<Wconfd> {
         let dir = bench.workspace.next_run_dir();
         let root = dir.join("root");
         fs::create_dir_all(&root).context(|| format!("cannot create {}", root.display()))?;
+        if !settings.is_empty() {
+            let path = root.join(SETTINGS_FILE);
+            fs::write(&path, settings).context(|| format!("cannot write {}", path.display()))?;
+        }
         let (binary, flag) = match kind {
             ServerKind::Wconfd => (&bench.wconfd, "--root"),
             ServerKind::Null => (&bench.exe, "--null-server"),
@@ -888,19 +1246,19 @@ impl Wconfd {
             root.join(SOCKET_PATH),
             dir.join("wconfd.log"),
         );
-        let mut wconfd = Wconfd {
+        Ok(Wconfd {
             kind,
             daemon,
             livelock_dir: root.join(LIVELOCK_DIR),
             root,
             dir,
-        };
-        wconfd.spawn()?;
-        Ok(wconfd)
+            reporter: None,
+        })
     }
 
     /// Starts wconfd on the root and answers the time from the spawn to its
-    /// first `echo` reply.
+    /// first `echo` reply; then its reporter, if it has one that does not
+    /// run, until it is elected.
     fn spawn(&mut self) -> Result<Duration> {
         let spawned = Instant::now();
         let mut client = self.daemon.spawn()?;
@@ -910,10 +1268,18 @@ impl Wconfd {
         if echo != json!("ready?") && self.kind == ServerKind::Wconfd {
             return fail(format!("wconfd echoed {echo}, not \"ready?\""));
         }
+        if let Some(reporter) = self.reporter.as_mut().filter(|r| !r.is_running()) {
+            reporter.spawn()?;
+            wait_elected(&mut client, reporter)?;
+        }
         Ok(elapsed)
     }
 
+    /// Stops the reporter (if one runs), then wconfd.
     fn stop(&mut self) -> Result<()> {
+        if let Some(reporter) = self.reporter.as_mut().filter(|r| r.is_running()) {
+            reporter.stop()?;
+        }
         self.daemon.stop()
     }
 
@@ -929,23 +1295,36 @@ impl Wconfd {
 
 impl Drop for Wconfd {
     fn drop(&mut self) {
+        if let Some(reporter) = &mut self.reporter {
+            let _ = reporter.kill();
+        }
         let _ = self.daemon.kill();
         let _ = fs::remove_dir_all(&self.dir);
     }
 }
 
-/// Checks that `listAllLocks` lists exactly `count` locks.
+/// Checks that `listAllLocks` lists exactly `count` locks besides the
+/// service level's (a reporter's, which `--reporter` adds).
 fn expect_lock_count(wconfd: &Wconfd, count: usize) -> Result<()> {
     let mut client = wconfd.connect()?;
     let locks = result_of(client.call(&frame(&WconfdRequest::ListAllLocks.encode()))?)?;
-    match locks.as_array() {
-        Some(locks) if locks.len() == count => Ok(()),
-        Some(locks) => fail(format!(
-            "listAllLocks lists {} locks, expected {count}",
-            locks.len()
-        )),
-        None => fail(format!("listAllLocks answered {locks}, not a list")),
+    let Some(locks) = locks.as_array() else {
+        return fail(format!("listAllLocks answered {locks}, not a list"));
+    };
+    let listed = locks
+        .iter()
+        .filter(|lock| {
+            !lock
+                .as_str()
+                .is_some_and(|name| name.starts_with("service/"))
+        })
+        .count();
+    if listed != count {
+        return fail(format!(
+            "listAllLocks lists {listed} locks (besides service/), expected {count}"
+        ));
     }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------
@@ -1162,6 +1541,25 @@ fn describe(scenario: Scenario, sizes: &Sizes) -> String {
              holder to the waiter's [] reply; {} kills per run",
             sizes.death_kills
         ),
+        Scenario::Events => format!(
+            "one connection holds watchEvents [since, [\"lock.granted\"], 30] (since: where \
+             the last answer ended),\n   another sends, {} later, tryUpdateLocks \
+             [cluster/BGL shared, node/<own> exclusive]: time from\n   sending it to the \
+             watch's answer arriving (one lock.granted of that owner), then the release; \
+             {} samples",
+            Unit::Seconds.format(WATCH_HOLD_PAUSE.as_secs_f64()),
+            grouped(sizes.event_samples as u64),
+        ),
+        Scenario::Reporter => format!(
+            "{CHURN_CLIENTS} clients churn locks ({CHURN_BATCH} tryUpdateLocks in flight \
+             each, one event each) until the sequence\n   holds {} events, no reporter; \
+             then warden reporter (endpoint on a free loopback port): spawn to\n   \
+             /status.json reporter.read.wconfd at the last event; once reporter/state.json \
+             holds it, kill -9,\n   {} more events, a second reporter: spawn to the new \
+             last event read (from the saved position)",
+            grouped(sizes.reporter_events as u64),
+            grouped(sizes.takeover_events as u64),
+        ),
     }
 }
 
@@ -1187,6 +1585,17 @@ fn print_context(bench: &Bench) -> Result<()> {
         "wconfd  : {} (built {})",
         bench.wconfd.display(),
         age(&bench.wconfd)
+    );
+    if let Some(warden) = &bench.warden {
+        println!("warden  : {} (built {})", warden.display(), age(warden));
+    }
+    println!(
+        "reporter: {}",
+        if bench.attach_reporter {
+            "beside every wconfd (--reporter), [metrics] listen = \"\""
+        } else {
+            "none (but the reporter scenario's own)"
+        }
     );
     println!(
         "roots   : {} ({})",

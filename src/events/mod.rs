@@ -14,6 +14,7 @@
 //! line: `{"seq": n, "ts": [secs, usecs], "type": "...", ...fields}`.
 
 mod log;
+pub mod notify;
 mod syncer;
 pub mod watch;
 

@@ -20,6 +20,7 @@ use std::fmt::Write as _;
 use serde_json::{Map, Value, json};
 
 use crate::events::Event;
+use crate::events::notify::{LockChange, QueueChange, notify_locks, notify_queue};
 use crate::jobs::{JobId, Status, Timestamp};
 use crate::limits::{STATSD_PACKET_BYTES_MAX, WORKER_GROUPS_MAX};
 use crate::locks::{Level, LockName, Mode};
@@ -380,37 +381,14 @@ impl Metrics {
 
     /// Folds one event in. Every event counts as read; one that is
     /// malformed or of an unknown type changes nothing else (a field that
-    /// does not parse skips the event, or only its entry in a list).
+    /// does not parse skips the event, or only its entry in a list). The
+    /// metrics are a listener of both sequences' notifications.
     pub fn apply(&mut self, source: Source, event: &Event) {
         self.counters.events_read[source.index()] += 1;
-        let fields = &event.fields;
-        let ts_us = micros(event.ts);
-        // `None`: malformed, nothing more to do.
-        let _applied: Option<()> = match (source, event.kind.as_str()) {
-            (Source::Luxid, "queue.started") => fields
-                .get("max_running_jobs")
-                .and_then(Value::as_u64)
-                .map(|max| self.slots_max = max),
-            (Source::Luxid, "job.submitted") => self.job_submitted(fields),
-            (Source::Luxid, "job.status") => self.job_status(fields, ts_us),
-            (Source::Luxid, "job.finished") => self.job_finished(fields),
-            (Source::Luxid, "job.archived") => self.job_archived(fields),
-            (Source::Wconfd, "lock.granted") => self.lock_granted(fields, ts_us),
-            (Source::Wconfd, "lock.released") => self.lock_released(fields, ts_us),
-            (Source::Wconfd, "lock.waiting") => self.lock_waiting(fields, ts_us),
-            (Source::Wconfd, "lock.withdrawn") => self.wait_ended(fields),
-            (Source::Wconfd, "owner.dead") => self.wait_ended(fields).map(|()| {
-                self.counters.owner_deaths += 1;
-            }),
-            (Source::Wconfd, "worker.deregistered") => self.worker_deregistered(fields),
-            // job.priority, queue.drain and config.written count only as
-            // read, as do unknown types.
-            (Source::Wconfd, kind) => match kind.strip_prefix("worker.") {
-                Some(state) => self.worker_changed(state, fields),
-                None => None,
-            },
-            _ => None,
-        };
+        match source {
+            Source::Luxid => notify_queue(event, self),
+            Source::Wconfd => notify_locks(event, self),
+        }
     }
 
     /// A hook ran; a failed run counts as a run and a failure.
@@ -1566,6 +1544,63 @@ fn format_decimal(value: f64) -> String {
 struct Sent {
     value: String,
     at: f64,
+}
+
+/// luxid's events; `None` from a handler: malformed, nothing changed.
+impl QueueChange for Metrics {
+    fn queue_started_notification(&mut self, event: &Event) {
+        if let Some(max) = event.fields.get("max_running_jobs").and_then(Value::as_u64) {
+            self.slots_max = max;
+        }
+    }
+
+    fn job_submitted_notification(&mut self, event: &Event) {
+        let _: Option<()> = self.job_submitted(&event.fields);
+    }
+
+    fn job_status_notification(&mut self, event: &Event) {
+        let _: Option<()> = self.job_status(&event.fields, micros(event.ts));
+    }
+
+    fn job_finished_notification(&mut self, event: &Event) {
+        let _: Option<()> = self.job_finished(&event.fields);
+    }
+
+    fn job_archived_notification(&mut self, event: &Event) {
+        let _: Option<()> = self.job_archived(&event.fields);
+    }
+}
+
+/// wconfd's events (`config.written` counts only as read).
+impl LockChange for Metrics {
+    fn lock_granted_notification(&mut self, event: &Event) {
+        let _: Option<()> = self.lock_granted(&event.fields, micros(event.ts));
+    }
+
+    fn lock_released_notification(&mut self, event: &Event) {
+        let _: Option<()> = self.lock_released(&event.fields, micros(event.ts));
+    }
+
+    fn lock_waiting_notification(&mut self, event: &Event) {
+        let _: Option<()> = self.lock_waiting(&event.fields, micros(event.ts));
+    }
+
+    fn lock_withdrawn_notification(&mut self, event: &Event) {
+        let _: Option<()> = self.wait_ended(&event.fields);
+    }
+
+    fn owner_dead_notification(&mut self, event: &Event) {
+        if self.wait_ended(&event.fields).is_some() {
+            self.counters.owner_deaths += 1;
+        }
+    }
+
+    fn worker_changed_notification(&mut self, event: &Event, change: &str) {
+        let _: Option<()> = match change {
+            "deregistered" => self.worker_deregistered(&event.fields),
+            state => self.worker_changed(state, &event.fields),
+        };
+    }
 }
 
 /// What the statsd sender has told statsd, to decide what is due.

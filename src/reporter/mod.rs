@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::{Client, ClientError, Daemon};
 use crate::events::Event;
+use crate::events::notify::{LockChange, QueueChange, notify_locks, notify_queue};
 use crate::jobs::Timestamp;
 use crate::limits::{HOOK_RETRY_PAUSE, HOOK_TIMEOUT, LUXID_FRAME_BYTES_MAX_DEFAULT};
 use crate::liveness::Livelock;
@@ -288,6 +289,25 @@ fn read(root: &Path, source: Source, mut since: u64, sender: &SyncSender<Message
     }
 }
 
+/// The hooks as a listener of both sequences: every event is offered
+/// (they choose by type prefix).
+struct HookFeed<'a> {
+    hooks: &'a mut Hooks,
+    source: Source,
+}
+
+impl QueueChange for HookFeed<'_> {
+    fn event_notification(&mut self, event: &Event) {
+        self.hooks.offer(self.source, event);
+    }
+}
+
+impl LockChange for HookFeed<'_> {
+    fn event_notification(&mut self, event: &Event) {
+        self.hooks.offer(self.source, event);
+    }
+}
+
 struct Reporter {
     root: PathBuf,
     settings: Settings,
@@ -455,9 +475,16 @@ impl Reporter {
                 }
             }
         }
+        let mut feed = HookFeed {
+            hooks: &mut self.hooks,
+            source,
+        };
         for event in events {
             if event.seq > self.saved.hooks_done[index] {
-                self.hooks.offer(source, event);
+                match source {
+                    Source::Luxid => notify_queue(event, &mut feed),
+                    Source::Wconfd => notify_locks(event, &mut feed),
+                }
             }
         }
         self.saved.read[index] = self.saved.read[index].max(next);

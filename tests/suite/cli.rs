@@ -370,7 +370,10 @@ impl Up {
             }
             seen.push(line);
         }
-        assert!(pids.len() >= 2, "warden up did not report both daemons: {seen:?}");
+        assert!(
+            pids.len() >= 2,
+            "warden up did not report both daemons: {seen:?}"
+        );
         // Keep draining so that the daemons' logs never block on a full pipe.
         std::thread::spawn(move || while lines_out.recv().is_ok() {});
         Up { child, pids }
@@ -410,6 +413,7 @@ fn process_exists(pid: u32) -> bool {
 fn up_serves_until_ctrl_c_and_a_second_up_carries_on_with_the_state() {
     let root = Root::new();
     let root = root.path();
+    metrics_settings(&root, "");
     let mut up = Up::start(&root);
     let status = json_of(&root, &["status"]);
     assert_eq!(status["daemons"]["wconfd"]["up"], json!(true), "{status}");
@@ -425,7 +429,11 @@ fn up_serves_until_ctrl_c_and_a_second_up_carries_on_with_the_state() {
         stderr(&output)
     );
 
-    let daemons = [up.pid_of("wconfd"), up.pid_of("luxid")];
+    let daemons = [
+        up.pid_of("wconfd"),
+        up.pid_of("luxid"),
+        up.pid_of("reporter"),
+    ];
     kill(Pid::from_raw(up.child.id() as i32), Signal::SIGINT).expect("SIGINT warden up");
     let exit = wait_for_exit(&mut up.child, DEADLINE);
     assert!(exit.success(), "up after Ctrl-C: {exit}");
@@ -449,8 +457,10 @@ fn up_serves_until_ctrl_c_and_a_second_up_carries_on_with_the_state() {
 fn up_stops_wconfd_and_fails_when_luxid_dies() {
     let root = Root::new();
     let root = root.path();
+    metrics_settings(&root, "");
     let mut up = Up::start(&root);
     let wconfd = up.pid_of("wconfd");
+    let reporter = up.pid_of("reporter");
     kill(Pid::from_raw(up.pid_of("luxid") as i32), Signal::SIGKILL).expect("SIGKILL luxid");
     let exit = wait_for_exit(&mut up.child, DEADLINE);
     assert_eq!(
@@ -459,6 +469,306 @@ fn up_stops_wconfd_and_fails_when_luxid_dies() {
         "up after its luxid died: {exit}"
     );
     wait_until("wconfd is stopped", DEADLINE, || !process_exists(wconfd));
+    assert!(!process_exists(reporter), "the reporter outlived up");
+}
+
+/// A TCP port nobody listens on now (bound and let go).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("bind a free port")
+        .port()
+}
+
+/// Writes `warden.toml` into `root` with `[metrics] listen` on a free
+/// port (so that reporters of tests running together never meet on the
+/// default one) and `more`; the address.
+fn metrics_settings(root: &Path, more: &str) -> String {
+    let listen = format!("127.0.0.1:{}", free_port());
+    fs::write(
+        root.join("warden.toml"),
+        format!("[metrics]\nlisten = \"{listen}\"\n{more}"),
+    )
+    .expect("write warden.toml");
+    listen
+}
+
+/// The pid `warden status --json` names as the elected reporter.
+fn elected_reporter(root: &Path) -> Option<u64> {
+    json_of(root, &["status"])["reporter"]["pid"].as_u64()
+}
+
+/// The parent of a process, from `/proc/<pid>/stat`.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn up_starts_a_reporter_that_is_elected_and_no_reporter_starts_none() {
+    let root = Root::new();
+    let root = root.path();
+    let listen = metrics_settings(&root, "");
+    let mut up = Up::start(&root);
+    let reporter = up.pid_of("reporter");
+    assert_eq!(parent_of(reporter), Some(up.child.id()), "up's own child");
+    wait_until("up's reporter is elected", DEADLINE, || {
+        elected_reporter(&root) == Some(u64::from(reporter))
+    });
+    let status = json_of(&root, &["status"]);
+    assert_eq!(status["reporter"]["standing_by"], json!(0), "{status}");
+    assert_eq!(status["reporter"]["listen"], json!(listen), "{status}");
+    let text = stdout(&expect(&root, &["status"], SUCCESS));
+    let line = text
+        .lines()
+        .find(|line| line.starts_with("reporter"))
+        .unwrap_or_else(|| panic!("no reporter line: {text}"));
+    assert_eq!(
+        line.split_whitespace().collect::<Vec<_>>(),
+        ["reporter", "pid", &format!("{reporter},"), "elected"],
+        "{text}"
+    );
+    // Ctrl-C stops the reporter too.
+    kill(Pid::from_raw(up.child.id() as i32), Signal::SIGINT).expect("SIGINT warden up");
+    let exit = wait_for_exit(&mut up.child, DEADLINE);
+    assert!(exit.success(), "up after Ctrl-C: {exit}");
+    assert!(!process_exists(reporter), "the reporter outlived up");
+
+    let other = Root::new();
+    let other = other.path();
+    metrics_settings(&other, "");
+    let up = Up::start_with(&other, &["--no-reporter"]);
+    assert_eq!(up.pid_if("reporter"), None, "{:?}", up.pids);
+    let status = json_of(&other, &["status"]);
+    assert_eq!(
+        status["reporter"]["pid"],
+        Value::Null,
+        "no reporter with --no-reporter: {status}"
+    );
+    assert_eq!(status["reporter"]["standing_by"], json!(0), "{status}");
+    assert_eq!(status["metrics"], Value::Null, "{status}");
+    assert!(status["reporter"]["metrics_error"].is_string(), "{status}");
+    let text = stdout(&expect(&other, &["status"], SUCCESS));
+    assert!(
+        text.lines()
+            .any(|line| line.split_whitespace().collect::<Vec<_>>()
+                == ["reporter", "none", "elected"]),
+        "{text}"
+    );
+    let locks = json_of(&other, &["locks"]);
+    assert_eq!(
+        locks["locks"],
+        json!([]),
+        "nothing holds service/reporter: {locks}"
+    );
+}
+
+#[test]
+fn up_starts_another_reporter_when_its_reporter_is_killed() {
+    let root = Root::new();
+    let root = root.path();
+    metrics_settings(&root, "");
+    let up = Up::start(&root);
+    let first = up.pid_of("reporter");
+    wait_until("up's reporter is elected", DEADLINE, || {
+        elected_reporter(&root) == Some(u64::from(first))
+    });
+    kill(Pid::from_raw(first as i32), Signal::SIGKILL).expect("SIGKILL the reporter");
+    let mut second = None;
+    wait_until("another reporter is elected", DEADLINE, || {
+        second = elected_reporter(&root).filter(|pid| *pid != u64::from(first));
+        second.is_some()
+    });
+    let second = u32::try_from(second.expect("just found")).expect("a pid");
+    assert_eq!(parent_of(second), Some(up.child.id()), "started by up");
+    // The daemons went on all along.
+    let status = json_of(&root, &["status"]);
+    assert_eq!(status["daemons"]["wconfd"]["up"], json!(true), "{status}");
+    assert_eq!(status["daemons"]["luxid"]["up"], json!(true), "{status}");
+    for daemon in ["wconfd", "luxid"] {
+        assert!(process_exists(up.pid_of(daemon)), "{daemon} still runs");
+    }
+    // A reporter standing by is counted, and named beside the elected one.
+    let mut standby = Command::new(warden_binary())
+        .args(["reporter", "--root"])
+        .arg(&root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn warden reporter");
+    wait_until("the second reporter stands by", DEADLINE, || {
+        json_of(&root, &["status"])["reporter"]["standing_by"] == json!(1)
+    });
+    let text = stdout(&expect(&root, &["status"], SUCCESS));
+    assert!(
+        text.contains(&format!("pid {second}, elected (1 standing by)")),
+        "{text}"
+    );
+    kill(Pid::from_raw(standby.id() as i32), Signal::SIGTERM).expect("SIGTERM the standby");
+    let exit = wait_for_exit(&mut standby, DEADLINE);
+    assert!(exit.success(), "a standby reporter stops cleanly: {exit}");
+}
+
+#[test]
+fn status_json_carries_the_elected_reporters_figures() {
+    let root = Root::new();
+    let root = root.path();
+    let listen = metrics_settings(&root, "");
+    let up = Up::start(&root);
+    let reporter = up.pid_of("reporter");
+    let id = exec(&root, &[], &["/bin/true"]);
+    expect(&root, &["watch", &id.to_string()], SUCCESS);
+    let mut status = Value::Null;
+    wait_until("the reporter counts the job", DEADLINE, || {
+        status = json_of(&root, &["status"]);
+        status["metrics"]["gauges"]["jobs"]["success"] == json!(1)
+    });
+    let metrics = &status["metrics"];
+    for status_name in [
+        "queued",
+        "waiting",
+        "canceling",
+        "running",
+        "canceled",
+        "error",
+    ] {
+        assert_eq!(metrics["gauges"]["jobs"][status_name], json!(0), "{status}");
+    }
+    assert_eq!(
+        metrics["counters"]["jobs_finished_total"]["success"],
+        json!(1),
+        "{status}"
+    );
+    assert_eq!(
+        metrics["histograms"]["job_run_seconds"]["count"],
+        json!(1),
+        "{status}"
+    );
+    // The reporter's own positions beside the election.
+    let ours = &status["reporter"];
+    assert_eq!(ours["pid"], json!(reporter), "{status}");
+    assert_eq!(ours["listen"], json!(listen), "{status}");
+    assert_eq!(ours["metrics_error"], Value::Null, "{status}");
+    assert!(ours["elected_at"].is_number(), "{status}");
+    assert!(ours["read"]["luxid"].as_u64() > Some(0), "{status}");
+    assert!(ours["hooks_done"]["wconfd"].is_u64(), "{status}");
+    // The existing fields are all still there.
+    for field in ["root", "daemons", "jobs", "locks", "workers"] {
+        assert!(status.get(field).is_some(), "{field}: {status}");
+    }
+    assert_eq!(status["jobs"]["success"], json!(1), "{status}");
+
+    // A reporter that does not answer: no figures, and status still
+    // succeeds, within its short wait.
+    let stopped = Pid::from_raw(reporter as i32);
+    kill(stopped, Signal::SIGSTOP).expect("SIGSTOP the reporter");
+    let started = std::time::Instant::now();
+    let output = warden(&root, &["status", "--json"]);
+    let took = started.elapsed();
+    kill(stopped, Signal::SIGCONT).expect("SIGCONT the reporter");
+    assert_eq!(code(&output), SUCCESS, "{}", stderr(&output));
+    let status: Value = serde_json::from_slice(&output.stdout).expect("status JSON");
+    assert_eq!(status["metrics"], Value::Null, "{status}");
+    assert_eq!(status["reporter"]["pid"], json!(reporter), "{status}");
+    assert!(
+        status["reporter"]["metrics_error"]
+            .as_str()
+            .is_some_and(|why| why.contains("did not answer")),
+        "{status}"
+    );
+    assert!(took < DEADLINE, "status waited {took:?} for the reporter");
+}
+
+#[test]
+fn events_prints_a_jobs_events_filtered_by_since_and_type() {
+    let cluster = Cluster::start();
+    let root = cluster_root(&cluster);
+    let id = exec(&root, &[], &["/bin/true"]);
+    expect(&root, &["watch", &id.to_string()], SUCCESS);
+    let id_field = format!("id={id}");
+
+    // Text: one line an event; the job's from submitted to finished.
+    let text = stdout(&expect(&root, &["events"], SUCCESS));
+    let kinds: Vec<&str> = text
+        .lines()
+        .filter(|line| line.split_whitespace().any(|word| word == id_field))
+        .filter_map(|line| line.split_whitespace().nth(3))
+        .collect();
+    assert_eq!(kinds.first(), Some(&"job.submitted"), "{text}");
+    assert_eq!(kinds.last(), Some(&"job.finished"), "{text}");
+    assert!(kinds.contains(&"job.status"), "{text}");
+
+    // JSON: one object a line, each saying which daemon gave it.
+    let json = stdout(&expect(&root, &["events", "--json"], SUCCESS));
+    let events: Vec<Value> = json
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("{line}")))
+        .collect();
+    assert!(!events.is_empty(), "{json}");
+    for event in &events {
+        assert!(
+            matches!(event["daemon"].as_str(), Some("luxid" | "wconfd")),
+            "{event}"
+        );
+        assert!(
+            event["seq"].is_u64() && event["type"].is_string(),
+            "{event}"
+        );
+    }
+    let job: Vec<&Value> = events
+        .iter()
+        .filter(|event| event["id"] == json!(id))
+        .collect();
+    assert_eq!(
+        job.first().map(|event| &event["type"]),
+        Some(&json!("job.submitted")),
+        "{json}"
+    );
+    assert_eq!(
+        job.last().map(|event| &event["type"]),
+        Some(&json!("job.finished")),
+        "{json}"
+    );
+    assert!(job.iter().all(|event| event["daemon"] == "luxid"), "{json}");
+
+    // From luxid's start, only job.finished: just this job's end.
+    let filtered = stdout(&expect(
+        &root,
+        &[
+            "--json",
+            "events",
+            "--since",
+            "luxid:0",
+            "--type",
+            "job.finished",
+        ],
+        SUCCESS,
+    ));
+    let finished: Vec<Value> = filtered
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    assert_eq!(finished.len(), 1, "{filtered}");
+    assert_eq!(finished[0]["type"], "job.finished", "{filtered}");
+    assert_eq!(finished[0]["id"], json!(id), "{filtered}");
+    assert_eq!(finished[0]["status"], "success", "{filtered}");
+    assert_eq!(finished[0]["daemon"], "luxid", "{filtered}");
+
+    // A position that is not one is a usage error.
+    for bad in ["x", "luxid:x", "nobody:3"] {
+        let output = expect(&root, &["events", "--since", bad], USAGE);
+        assert!(
+            error_line(&output).contains("--since"),
+            "{}",
+            stderr(&output)
+        );
+    }
 }
 
 #[test]
