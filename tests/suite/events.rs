@@ -285,3 +285,38 @@ fn wconfd_gets_back_from_its_journal_what_its_event_files_lost() {
     assert_numbered(&all);
     assert_eq!(all.len(), 6);
 }
+
+#[test]
+fn a_cursor_older_than_what_is_kept_is_expired_and_names_the_first_kept() {
+    // A sequence whose first kept event is 1001 (the ones before went with
+    // the retention).
+    let root = crate::daemon::Root::new();
+    let dir = root.path().join("events/wconfd");
+    fs::create_dir_all(&dir).expect("the events directory");
+    let lines: String = (1001..=1003)
+        .map(|seq| {
+            format!(
+                "{}\n",
+                json!({"seq": seq, "ts": [1_796_000_000, 0], "type": "config.written", "serial_no": seq})
+            )
+        })
+        .collect();
+    fs::write(dir.join(format!("{:020}.events", 1001)), lines).expect("a segment");
+    let wconfd = Wconfd::restart_on(&root);
+    let mut client = wconfd.client();
+    let (class, message) = client.fails("watchEvents", json!([5, null, 0]));
+    assert_eq!(class, "EventsExpired", "{message}");
+    let answer = client.call("watchEvents", json!([5, null, 0]));
+    assert_eq!(answer, Err(("EventsExpired".to_owned(), json!([1001]))));
+    // From just before the first kept: everything kept, and on without a
+    // gap.
+    let owner = OwnerProcess::spawn(&wconfd.livelock_dir(), 1);
+    try_update(&mut client, &owner, &[("node/n1", "shared")]);
+    let events = events_after(&mut client, "watchEvents", 1000);
+    let seqs: Vec<u64> = events
+        .iter()
+        .map(|event| event["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, [1001, 1002, 1003, 1004]);
+    assert_eq!(events[3]["type"], "lock.granted");
+}
