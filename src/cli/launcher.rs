@@ -39,14 +39,14 @@ const REPORTER: &str = "reporter";
 /// A reporter that died is started again after this pause: long enough
 /// that a reporter failing at once does not spin, short enough that the
 /// metrics endpoint is back before a scrape notices.
-pub const REPORTER_RESTART_PAUSE: Duration = Duration::from_secs(1);
+const REPORTER_RESTART_PAUSE: Duration = Duration::from_secs(1);
 
 /// At most this many restarts of the reporter within
 /// [`REPORTER_RESTART_WINDOW`]; one more death and the launcher gives up
 /// on it (a reporter that cannot run, say its endpoint's port taken, would
 /// otherwise fill the log forever).
-pub const REPORTER_RESTARTS_MAX: usize = 5;
-pub const REPORTER_RESTART_WINDOW: Duration = Duration::from_secs(60);
+const REPORTER_RESTARTS_MAX: usize = 5;
+const REPORTER_RESTART_WINDOW: Duration = Duration::from_secs(60);
 
 /// Where a daemon's log (its stderr) goes.
 #[derive(Clone, Debug)]

@@ -198,7 +198,22 @@ fn reporter_status(listen: &str, pid: u64) -> Result<Value, String> {
             ));
         }
         stream.set_read_timeout(Some(left)).map_err(io)?;
-        let read = stream.read(&mut chunk).map_err(io)?;
+        let read = match stream.read(&mut chunk) {
+            Ok(read) => read,
+            // Interrupted, or the read timeout (as the platform names it):
+            // the deadline above decides.
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::Interrupted
+                        | std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue;
+            }
+            Err(error) => return Err(io(error)),
+        };
         if read == 0 {
             break;
         }

@@ -63,6 +63,10 @@ const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
 /// The longest the main loop sleeps (signals are seen within it).
 const TICK: Duration = Duration::from_millis(100);
 
+/// A Prometheus endpoint that could not be opened is tried again after
+/// this long.
+const ENDPOINT_RETRY_PAUSE: Duration = Duration::from_secs(10);
+
 /// The saved state is written at most this often (and at the end).
 const SAVE_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -163,7 +167,7 @@ pub fn run(root: &Path) -> Result<(), ReporterError> {
             .map_err(io_error("cannot start the election thread"))?;
     }
     tracing::info!(pid = owner.pid, "reporter waiting to be elected");
-    let mut reporter = Reporter::new(root, settings, receiver, sender, stop, dump)?;
+    let mut reporter = Reporter::new(root, settings, receiver, sender, stop, dump, owner)?;
     let result = reporter.serve();
     reporter.finish();
     drop(livelock);
@@ -321,8 +325,11 @@ struct Reporter {
     saved: SavedState,
     state_path: PathBuf,
     elected: bool,
+    endpoint_open: bool,
+    endpoint_retry_at: Instant,
     dirty: bool,
     last_save: Instant,
+    owner: Owner,
 }
 
 impl Reporter {
@@ -333,6 +340,7 @@ impl Reporter {
         sender: SyncSender<Message>,
         stop: Arc<AtomicBool>,
         dump: Arc<AtomicBool>,
+        owner: Owner,
     ) -> Result<Reporter, ReporterError> {
         let hooks = Hooks::new(&settings.hooks, HOOK_TIMEOUT, HOOK_RETRY_PAUSE);
         let state_path = root.join(crate::paths::REPORTER_STATE_FILE);
@@ -355,8 +363,11 @@ impl Reporter {
             saved: SavedState::default(),
             state_path,
             elected: false,
+            endpoint_open: false,
+            endpoint_retry_at: Instant::now(),
             dirty: false,
             last_save: Instant::now(),
+            owner,
         })
     }
 
@@ -441,15 +452,8 @@ impl Reporter {
             statsd.not_before(self.saved.statsd_sent_at + interval);
             self.statsd = Some((socket, statsd));
         }
-        if !self.settings.metrics.listen.is_empty() {
-            http::serve(&self.settings.metrics.listen, Arc::clone(&self.shared)).map_err(
-                io_error(format!(
-                    "cannot serve metrics on {}",
-                    self.settings.metrics.listen
-                )),
-            )?;
-        }
         self.elected = true;
+        self.open_endpoint();
         let elected_at = now_secs();
         self.shared
             .status
@@ -491,8 +495,26 @@ impl Reporter {
         self.dirty = true;
     }
 
+    /// The Prometheus endpoint, if one is asked for and not yet open: a
+    /// port another process holds is tried again later, and the reporter
+    /// reports meanwhile (statsd, hooks).
+    fn open_endpoint(&mut self) {
+        let listen = &self.settings.metrics.listen;
+        if listen.is_empty() || self.endpoint_open || Instant::now() < self.endpoint_retry_at {
+            return;
+        }
+        match http::serve(listen, Arc::clone(&self.shared)) {
+            Ok(()) => self.endpoint_open = true,
+            Err(error) => {
+                tracing::error!(%listen, %error, "cannot serve metrics; trying again in 10 s");
+                self.endpoint_retry_at = Instant::now() + ENDPOINT_RETRY_PAUSE;
+            }
+        }
+    }
+
     /// Hooks run and reaped, statsd sent, the state saved when due.
     fn service(&mut self) {
+        self.open_endpoint();
         for outcome in self.hooks.poll(Instant::now()) {
             let mut metrics = self.shared.metrics.lock().expect("no panic holding it");
             metrics.hook_ran(!outcome.failed());
@@ -553,6 +575,13 @@ impl Reporter {
         if self.elected {
             self.hooks.stop();
             self.save();
+        }
+        // The lock (or the wait for it) goes now, not at wconfd's next
+        // death check: the next reporter takes over at once.
+        let freed = Client::connect(&self.root, Daemon::Wconfd, LUXID_FRAME_BYTES_MAX_DEFAULT)
+            .and_then(|mut client| client.free_locks(&self.owner));
+        if let Err(error) = freed {
+            tracing::debug!(%error, "cannot free the reporter's lock; wconfd frees it once this process is gone");
         }
         tracing::info!("reporter stopped");
     }

@@ -698,7 +698,8 @@ fn events_prints_a_jobs_events_filtered_by_since_and_type() {
     let kinds: Vec<&str> = text
         .lines()
         .filter(|line| line.split_whitespace().any(|word| word == id_field))
-        .filter_map(|line| line.split_whitespace().nth(3))
+        // date, time, daemon, seq, type, fields...
+        .filter_map(|line| line.split_whitespace().nth(4))
         .collect();
     assert_eq!(kinds.first(), Some(&"job.submitted"), "{text}");
     assert_eq!(kinds.last(), Some(&"job.finished"), "{text}");

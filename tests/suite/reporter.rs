@@ -1062,11 +1062,29 @@ struct Tenure {
     to: f64,
 }
 
-#[test]
-fn a_standby_reporter_takes_over_within_100ms_from_the_saved_state() {
-    // A latency is measured: not beside the other heavy tests.
-    let _guard = timing_guard();
-    const ROUNDS: usize = 5;
+/// Takeovers measured.
+const ROUNDS: usize = 5;
+
+/// What [`election`] saw.
+struct Election {
+    /// From each kill until wconfd granted the lock to another.
+    granted_after: Vec<Duration>,
+    /// From each kill until the new leader's `elected_at`.
+    reporting_after: Vec<Duration>,
+    tenures: Vec<Tenure>,
+    /// Every statsd packet, by arrival.
+    packets: Vec<Packet>,
+    /// `statsd_sent_at` of `reporter/state.json` just before each kill.
+    saved_sent_at: Vec<f64>,
+}
+
+/// Three reporters on one root and a statsd receiver; the elected one is
+/// killed [`ROUNDS`] times (a new standby started after each takeover),
+/// the last four times while jobs keep changing the figures. Checks on
+/// the way that the new leader resumed from the saved state (the first
+/// takeover, jobs done and saved before it) and, at the end, that the
+/// figures are still the queue's.
+fn election() -> Election {
     let receiver = StatsdReceiver::start();
     let listen = format!("127.0.0.1:{}", free_port());
     let root = Root::new();
@@ -1142,6 +1160,7 @@ fn a_standby_reporter_takes_over_within_100ms_from_the_saved_state() {
 
     let mut granted_after = Vec::new();
     let mut reporting_after = Vec::new();
+    let mut saved_sent_at = Vec::new();
     let mut stream = None;
     for round in 0..ROUNDS {
         if round == 1 {
@@ -1156,6 +1175,11 @@ fn a_standby_reporter_takes_over_within_100ms_from_the_saved_state() {
             .iter()
             .position(|reporter| reporter.pid == leader)
             .expect("the leader is one of ours");
+        saved_sent_at.push(
+            saved_state(&root)
+                .and_then(|saved| saved["statsd_sent_at"].as_f64())
+                .unwrap_or(0.0),
+        );
         let killed_wall = SystemTime::now();
         let killed = Instant::now();
         reporters[index].kill9();
@@ -1290,30 +1314,57 @@ fn a_standby_reporter_takes_over_within_100ms_from_the_saved_state() {
     );
     std::thread::sleep(Duration::from_millis(INTERVAL_MS + 500));
 
-    // statsd: one sender at a time, the elected one; a second between
-    // the last packet of one and the first of the next.
     let mut packets = receiver.packets();
     packets.sort_by(|a, b| a.at.total_cmp(&b.at));
-    let slack = 0.01;
-    let mut by_tenure: Vec<Vec<&Packet>> = tenures.iter().map(|_| Vec::new()).collect();
-    for packet in &packets {
+    Election {
+        granted_after,
+        reporting_after,
+        tenures,
+        packets,
+        saved_sent_at,
+    }
+}
+
+/// The packets of each tenure, by source port: each port is one
+/// reporter's socket; it belongs to the tenure its first packet came in
+/// (a leader sends only after its `elected_at`), and must end with it
+/// (give or take the receiver's wake-up). Fails if a tenure has packets
+/// from two ports: a standby sent.
+fn packets_by_tenure(election: &Election) -> Vec<Vec<&Packet>> {
+    let tenures = &election.tenures;
+    let lag = 0.05;
+    let mut ports: BTreeMap<u16, (f64, f64)> = BTreeMap::new();
+    for packet in &election.packets {
+        let range = ports.entry(packet.port).or_insert((packet.at, packet.at));
+        range.1 = packet.at;
+    }
+    let mut port_tenure: BTreeMap<u16, usize> = BTreeMap::new();
+    for (port, (first, last)) in &ports {
         let tenure = tenures
             .iter()
-            .position(|tenure| tenure.from - slack <= packet.at && packet.at <= tenure.to + slack)
+            .rposition(|tenure| tenure.from <= *first)
             .unwrap_or_else(|| {
-                panic!(
-                    "a packet at {:.3} from port {} while no reporter was elected",
-                    packet.at, packet.port
-                )
+                panic!("a packet at {first:.3} from port {port} before any reporter was elected")
             });
-        by_tenure[tenure].push(packet);
+        assert!(
+            *last <= tenures[tenure].to + lag,
+            "port {port} sent at {last:.3}, after pid {} (which it began with) was killed at {:.3}",
+            tenures[tenure].pid,
+            tenures[tenure].to
+        );
+        port_tenure.insert(*port, tenure);
+    }
+    let mut by_tenure: Vec<Vec<&Packet>> = tenures.iter().map(|_| Vec::new()).collect();
+    for packet in &election.packets {
+        by_tenure[port_tenure[&packet.port]].push(packet);
     }
     for (tenure, packets) in tenures.iter().zip(&by_tenure) {
         let ports: BTreeSet<u16> = packets.iter().map(|packet| packet.port).collect();
         assert!(
             ports.len() <= 1,
-            "while pid {} led, packets came from ports {ports:?}: a standby sent",
-            tenure.pid
+            "while pid {} led, packets came from ports {ports:?}: a standby sent\n{}",
+            tenure.pid,
+            history(tenures, &by_tenure)
         );
         assert!(
             !packets.is_empty(),
@@ -1321,29 +1372,44 @@ fn a_standby_reporter_takes_over_within_100ms_from_the_saved_state() {
             tenure.pid
         );
     }
-    let mut gaps = Vec::new();
-    for pair in by_tenure.windows(2) {
-        let (old_last, new_first) = (pair[0].last(), pair[1].first());
-        if let (Some(old_last), Some(new_first)) = (old_last, new_first) {
-            gaps.push(new_first.at - old_last.at);
+    by_tenure
+}
+
+/// Who led when, and the bursts of packets each sent.
+fn history(tenures: &[Tenure], by_tenure: &[Vec<&Packet>]) -> String {
+    let mut text = String::new();
+    for (tenure, packets) in tenures.iter().zip(by_tenure) {
+        text.push_str(&format!(
+            "pid {} led from {:.3} to {:.3}:\n",
+            tenure.pid, tenure.from, tenure.to
+        ));
+        let mut runs: Vec<(u16, f64, f64, usize)> = Vec::new();
+        for packet in packets {
+            match runs.last_mut() {
+                Some(run) if run.0 == packet.port && packet.at - run.2 < 0.2 => {
+                    run.2 = packet.at;
+                    run.3 += 1;
+                }
+                _ => runs.push((packet.port, packet.at, packet.at, 1)),
+            }
+        }
+        for (port, first, last, count) in runs {
+            text.push_str(&format!(
+                "  port {port}: {count} packets {first:.3}..{last:.3}\n"
+            ));
         }
     }
-    println!(
-        "statsd gaps between the last packet of one leader and the first of the next: {}",
-        gaps.iter()
-            .map(|gap| format!("{gap:.3} s"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    for gap in &gaps {
-        assert!(
-            *gap >= GAP_MIN_SECONDS,
-            "two reporters' packets {gap:.3} s apart (at least {GAP_MIN_SECONDS} s): gaps {gaps:?}"
-        );
-    }
-    let lines = lines_of(&packets);
-    assert_once_per_interval(&lines);
+    text
+}
 
+#[test]
+fn a_standby_reporter_takes_over_within_100ms_from_the_saved_state() {
+    // A latency is measured: not beside the other heavy tests.
+    let _guard = timing_guard();
+    let election = election();
+    // One sender at a time, the elected one: the standbys send nothing.
+    packets_by_tenure(&election);
+    let (granted_after, reporting_after) = (&election.granted_after, &election.reporting_after);
     let show = |values: &[Duration]| {
         values
             .iter()
@@ -1353,23 +1419,59 @@ fn a_standby_reporter_takes_over_within_100ms_from_the_saved_state() {
     };
     println!(
         "takeovers: granted after {} (median {:.1} ms); reporting after {} (median {:.1} ms)",
-        show(&granted_after),
-        median(&granted_after).as_secs_f64() * 1e3,
-        show(&reporting_after),
-        median(&reporting_after).as_secs_f64() * 1e3
+        show(granted_after),
+        median(granted_after).as_secs_f64() * 1e3,
+        show(reporting_after),
+        median(reporting_after).as_secs_f64() * 1e3
     );
     assert!(
-        median(&granted_after) < TAKEOVER_MAX,
+        median(granted_after) < TAKEOVER_MAX,
         "the median grant after a kill {:?} is not under {TAKEOVER_MAX:?}: {}",
-        median(&granted_after),
-        show(&granted_after)
+        median(granted_after),
+        show(granted_after)
     );
     assert!(
-        median(&reporting_after) < TAKEOVER_MAX,
+        median(reporting_after) < TAKEOVER_MAX,
         "the median takeover after a kill {:?} is not under {TAKEOVER_MAX:?}: {}",
-        median(&reporting_after),
-        show(&reporting_after)
+        median(reporting_after),
+        show(reporting_after)
     );
+}
+
+/// EVENTS.md: "at most one statsd report per second per gauge", across a
+/// takeover too: the new leader's first packet comes at least an interval
+/// after the old one's last.
+#[test]
+fn reporters_taking_over_keep_an_interval_between_their_statsd_packets() {
+    let _guard = timing_guard();
+    let election = election();
+    let by_tenure = packets_by_tenure(&election);
+    let mut gaps = Vec::new();
+    for (index, pair) in by_tenure.windows(2).enumerate() {
+        let (Some(old_last), Some(new_first)) = (pair[0].last(), pair[1].first()) else {
+            continue;
+        };
+        let saved = election.saved_sent_at[index];
+        println!(
+            "takeover {}: the old leader's last packet at {:.3}, its saved statsd_sent_at {:.3} \
+             ({:+.3} s); the new leader's first packet {:.3} s after the old one's last",
+            index + 1,
+            old_last.at,
+            saved,
+            saved - old_last.at,
+            new_first.at - old_last.at
+        );
+        gaps.push(new_first.at - old_last.at);
+    }
+    for gap in &gaps {
+        assert!(
+            *gap >= GAP_MIN_SECONDS,
+            "two reporters' packets {gap:.3} s apart (at least {GAP_MIN_SECONDS} s): gaps \
+             {gaps:.3?}\n{}",
+            history(&election.tenures, &by_tenure)
+        );
+    }
+    assert_once_per_interval(&lines_of(&election.packets));
 }
 
 // ----- 3. Prometheus -----
@@ -1642,9 +1744,30 @@ fn hook_runs(dir: &Path) -> Vec<(u64, String)> {
     runs
 }
 
-#[test]
-fn hooks_run_at_least_once_for_every_event_across_a_crash() {
-    const JOBS: usize = 20;
+/// Jobs of [`hook_crash`].
+const HOOK_JOBS: usize = 20;
+
+/// What [`hook_crash`] left.
+struct HookCrash {
+    /// Keeps the hook outputs.
+    _root: Root,
+    hooks: PathBuf,
+    /// The job.finished events, by seq.
+    events: BTreeMap<u64, Value>,
+    /// The first reporter's `hooks_done` of luxid just before the kill
+    /// (its `/status.json`), and that of `reporter/state.json`.
+    done_at_kill: u64,
+    saved_at_kill: u64,
+    /// The second reporter's `/status.json` at the end.
+    status: Value,
+    log: String,
+}
+
+/// A `job.finished` hook on 20 jobs; the reporter killed with SIGKILL
+/// when a few hooks ran, another started; answers once every event had
+/// its hook and the second reporter's hooks are all done.
+fn hook_crash() -> HookCrash {
+    const JOBS: usize = HOOK_JOBS;
     let root = Root::new();
     let hooks = root.path().join("hooks");
     fs::create_dir_all(&hooks).expect("a hook directory");
@@ -1678,6 +1801,12 @@ fn hooks_run_at_least_once_for_every_event_across_a_crash() {
         || hook_runs(&hooks).len() >= 6,
         || first.log(),
     );
+    let done_at_kill = status_json(&listen)
+        .and_then(|status| status["reporter"]["hooks_done"]["luxid"].as_u64())
+        .expect("the reporter's hooks_done");
+    let saved_at_kill = saved_state(&root)
+        .and_then(|saved| saved["hooks_done"]["luxid"].as_u64())
+        .unwrap_or(0);
     first.kill9();
     let final_at_kill = job_statuses(&root)
         .iter()
@@ -1717,13 +1846,35 @@ fn hooks_run_at_least_once_for_every_event_across_a_crash() {
     let status = poll_hooks_idle(&listen, &second);
     second.assert_running();
 
-    let runs = hook_runs(&hooks);
+    HookCrash {
+        _root: root.clone(),
+        hooks,
+        events,
+        done_at_kill,
+        saved_at_kill,
+        status,
+        log: second.log(),
+    }
+}
+
+/// The runs of each event.
+fn runs_per_event(crash: &HookCrash) -> BTreeMap<u64, usize> {
     let mut per_seq: BTreeMap<u64, usize> = BTreeMap::new();
+    for (seq, _) in hook_runs(&crash.hooks) {
+        *per_seq.entry(seq).or_default() += 1;
+    }
+    per_seq
+}
+
+#[test]
+fn hooks_run_at_least_once_for_every_event_across_a_crash() {
+    let crash = hook_crash();
+    let (hooks, events, status) = (&crash.hooks, &crash.events, &crash.status);
+    let runs = hook_runs(hooks);
     for (seq, pid) in &runs {
         let event = events
             .get(seq)
             .unwrap_or_else(|| panic!("a hook ran for event {seq}, not a job.finished"));
-        *per_seq.entry(*seq).or_default() += 1;
         let stdin = fs::read_to_string(hooks.join(format!("hook.{seq}.{pid}"))).expect("stdin");
         assert!(stdin.ends_with('\n'), "the event line ends with a newline");
         let got: Value = serde_json::from_str(&stdin).expect("the hook's stdin is JSON");
@@ -1744,7 +1895,7 @@ fn hooks_run_at_least_once_for_every_event_across_a_crash() {
             "the reporter's own environment leaked into the hook: {env:?}"
         );
     }
-    let repeated: Vec<(u64, usize)> = per_seq
+    let repeated: Vec<(u64, usize)> = runs_per_event(&crash)
         .iter()
         .filter(|(_, count)| **count > 1)
         .map(|(seq, count)| (*seq, *count))
@@ -1758,7 +1909,32 @@ fn hooks_run_at_least_once_for_every_event_across_a_crash() {
         status["metrics"]["counters"]["hook_failures_total"],
         json!(0),
         "{}",
-        second.log()
+        crash.log
+    );
+}
+
+/// EVENTS.md "Hooks": "a restart neither skips nor (except the hook that
+/// was running) repeats an event": no event whose runs had all ended
+/// before the crash (at or below the reporter's `hooks_done` then) runs
+/// again.
+#[test]
+fn hooks_that_ended_before_a_crash_do_not_run_again() {
+    let crash = hook_crash();
+    let repeated: Vec<(u64, usize)> = runs_per_event(&crash)
+        .into_iter()
+        .filter(|(seq, count)| *seq <= crash.done_at_kill && *count > 1)
+        .collect();
+    println!(
+        "hooks: done through seq {} at the kill ({} saved in reporter/state.json); \
+         repeated of those: {repeated:?}",
+        crash.done_at_kill, crash.saved_at_kill
+    );
+    assert!(
+        repeated.is_empty(),
+        "events whose hooks had ended before the crash ran again: {repeated:?} \
+         (done through {} at the kill, {} saved)",
+        crash.done_at_kill,
+        crash.saved_at_kill
     );
 }
 
