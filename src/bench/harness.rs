@@ -3,8 +3,8 @@
 //! (`--reporter`), a lean client of either daemon's socket (requests built
 //! by the typed request enums and encoded once, replies checked without a
 //! copy), a client of the reporter's `/status.json`, the reading of an
-//! event sequence's position, and the fsync probe that gives every figure
-//! its floor.
+//! event sequence's position, a held watch timed against the change it
+//! waits for, and the fsync probe that gives every figure its floor.
 
 use std::cell::Cell;
 use std::fs::{self, OpenOptions};
@@ -205,7 +205,7 @@ fn wait_exit(child: &mut Child, name: &str) -> Result<ExitStatus> {
 
 /// The settings a root needs for a reporter beside the bench's daemons:
 /// its endpoint on `listen` (`""`: none, so that runs never collide on a
-/// port). Appended to the root's `warden.toml`.
+/// port), for the root's `warden.toml`.
 pub fn reporter_settings(listen: &str) -> String {
     let listen = serde_json::to_string(listen).expect("a string always serialises");
     format!("[metrics]\nlisten = {listen}\n")
@@ -552,43 +552,88 @@ pub fn fsync_cost(
     Ok(percentile(&samples, 0.50))
 }
 
-/// What [`watch_change`] saw: the watch's result, when it arrived, and
-/// what the change answered.
-pub struct Watched<T> {
+/// What [`watch_change`] saw: the watch's result and the change's reply,
+/// when the change was sent and when each answer arrived.
+pub struct Watched {
     pub answer: Value,
+    /// The change's reply, without its ETX, for the caller to check.
+    pub reply: Vec<u8>,
+    pub sent: Instant,
+    pub replied: Instant,
     pub answered: Instant,
-    pub change: T,
 }
 
-/// One held watch and the change it waits for: `watch` (an encoded
-/// request that is held until an event comes) is sent on `watcher` from a
-/// thread of its own, which notes the moment its answer arrives; after
-/// `hold_pause`, `change` runs on this thread (it notes when it sent the
-/// change).
-pub fn watch_change<T>(
+/// One held watch and the change it waits for, on one thread: `watch` (an
+/// encoded request that is held until an event comes) is sent on
+/// `watcher`, `change` on `changer` `hold_pause` later; then both
+/// connections are waited on together (epoll), so each answer is noted
+/// the moment it can be read, whichever comes first, with no second
+/// thread to wake.
+pub fn watch_change(
     watcher: &mut Client,
     watch: &[u8],
+    changer: &mut Client,
+    change: &[u8],
     hold_pause: Duration,
-    change: impl FnOnce() -> Result<T>,
-) -> Result<Watched<T>> {
-    thread::scope(|scope| {
-        let waiting = scope.spawn(|| -> Result<(Value, Instant)> {
-            let peer = watcher.peer;
-            let reply = watcher.call(watch)?;
-            let answered = Instant::now();
-            Ok((result_of(peer, reply)?, answered))
-        });
-        thread::sleep(hold_pause);
-        let change = change();
-        let watched = waiting
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        let (answer, answered) = watched?;
-        Ok(Watched {
-            answer,
-            answered,
-            change: change?,
-        })
+) -> Result<Watched> {
+    use mio::unix::SourceFd;
+    use mio::{Events, Interest, Poll, Token};
+    use std::os::fd::AsRawFd as _;
+
+    const WATCHER: Token = Token(0);
+    const CHANGER: Token = Token(1);
+    assert!(
+        watcher.stream.buffer().is_empty() && changer.stream.buffer().is_empty(),
+        "no reply is left unread before a watched change"
+    );
+    let mut poll = Poll::new().context(|| "cannot create a poll".to_owned())?;
+    for (client, token) in [(&*watcher, WATCHER), (&*changer, CHANGER)] {
+        let fd = client.stream.get_ref().as_raw_fd();
+        poll.registry()
+            .register(&mut SourceFd(&fd), token, Interest::READABLE)
+            .context(|| "cannot watch a connection".to_owned())?;
+    }
+    watcher.send(watch)?;
+    thread::sleep(hold_pause);
+    let sent = Instant::now();
+    changer.send(change)?;
+    let (mut answer, mut reply) = (None, None);
+    let mut events = Events::with_capacity(2);
+    let deadline = sent + REPLY_TIMEOUT;
+    while answer.is_none() || reply.is_none() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return fail(format!(
+                "no watch answer or no reply within {} s",
+                REPLY_TIMEOUT.as_secs()
+            ));
+        }
+        match poll.poll(&mut events, Some(left)) {
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => other.context(|| "cannot poll".to_owned())?,
+        }
+        let now = Instant::now();
+        for event in &events {
+            // Edge-triggered: a frame is read whole once it begins (the
+            // answers are small, written at once).
+            if event.token() == WATCHER && answer.is_none() {
+                let peer = watcher.peer;
+                answer = Some((result_of(peer, watcher.receive()?)?, now));
+            } else if event.token() == CHANGER && reply.is_none() {
+                reply = Some((changer.receive()?.to_vec(), now));
+            }
+        }
+    }
+    let ((answer, answered), (reply, replied)) = (
+        answer.expect("the loop ends with both"),
+        reply.expect("the loop ends with both"),
+    );
+    Ok(Watched {
+        answer,
+        reply,
+        sent,
+        replied,
+        answered,
     })
 }
 

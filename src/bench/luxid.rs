@@ -51,7 +51,8 @@
 //!   the last answer left off (the first from `[null, null, 0]`), so a
 //!   watch that reaches luxid late cannot miss its event; each submit is
 //!   sent [`WATCH_HOLD_PAUSE`] after its watch, which luxid has filed by
-//!   then. Jobs run meanwhile, as they would.
+//!   then; both connections are waited on with one epoll. Jobs run
+//!   meanwhile, as they would.
 //!
 //! `--reporter`: once wconfd and luxid answer, a `warden reporter`
 //! (beside this executable) is started on the root (its endpoint off:
@@ -907,13 +908,15 @@ fn events(bench: &Bench) -> Result<Vec<Measure>> {
             types: Some(vec!["job.submitted".to_owned()]),
             timeout: WATCH_TIMEOUT,
         }));
-        let watched = harness::watch_change(&mut watcher, &watch, WATCH_HOLD_PAUSE, || {
-            let sent = Instant::now();
-            let id = submitted_id(submitter.call(&submit)?).context(|| "SubmitJob".to_owned())?;
-            Ok((sent, Instant::now(), id))
-        })
+        let watched = harness::watch_change(
+            &mut watcher,
+            &watch,
+            &mut submitter,
+            &submit,
+            WATCH_HOLD_PAUSE,
+        )
         .context(|| format!("sample {sample} of {samples}"))?;
-        let (sent, replied, id) = watched.change;
+        let id = submitted_id(&watched.reply).context(|| "SubmitJob".to_owned())?;
         let (events, next) = harness::watch_answer(&watched.answer)?;
         match events {
             [event] if event["type"] == "job.submitted" && event["id"] == id => {}
@@ -925,7 +928,7 @@ fn events(bench: &Bench) -> Result<Vec<Measure>> {
             }
         }
         since = next;
-        watched_samples.add(sent, replied, watched.answered);
+        watched_samples.add(watched.sent, watched.replied, watched.answered);
     }
     cluster.stop()?;
     Ok(watched_samples.figures("SubmitJob", EVENT_P50_SECONDS_MAX))

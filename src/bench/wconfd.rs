@@ -36,9 +36,11 @@
 //!   time from sending the update to the watch's answer arriving (and the
 //!   update's own round trip beside it), then the release (not measured).
 //!   `since` is where the last answer left off (the first from `[null,
-//!   null, 0]`), so a watch that reaches wconfd late cannot miss its event;
-//!   each update is sent [`WATCH_HOLD_PAUSE`] after its watch, which an
-//!   idle wconfd has filed by then.
+//!   null, 0]`, after one acquire and release), so a watch that reaches
+//!   wconfd late cannot miss its event; each update is sent
+//!   [`WATCH_HOLD_PAUSE`] after its watch, which an idle wconfd has filed
+//!   by then. Both connections are waited on with one epoll, so each
+//!   answer's time is the moment it can be read.
 //! - `reporter`: 16 clients churn locks (acquire/release pipelined, one
 //!   event per update) until the sequence holds 200,000 events, with no
 //!   reporter; then `warden reporter` (beside this executable, its
@@ -869,13 +871,15 @@ fn events(bench: &Bench) -> Result<Vec<Measure>> {
             types: Some(vec!["lock.granted".to_owned()]),
             timeout: WATCH_TIMEOUT,
         }));
-        let watched = harness::watch_change(&mut watcher, &watch, WATCH_HOLD_PAUSE, || {
-            let sent = Instant::now();
-            updater.call_granted(&acquire)?;
-            Ok((sent, Instant::now()))
-        })
+        let watched = harness::watch_change(
+            &mut watcher,
+            &watch,
+            &mut updater,
+            &acquire,
+            WATCH_HOLD_PAUSE,
+        )
         .context(|| format!("sample {sample} of {samples}"))?;
-        let (sent, replied) = watched.change;
+        expect_granted(&watched.reply).context(|| format!("acquire of {}", owner.name))?;
         let (events, next) = harness::watch_answer(&watched.answer)?;
         match events {
             [event] if event["type"] == "lock.granted" && event["owner"] == owner.name.as_str() => {
@@ -888,7 +892,7 @@ fn events(bench: &Bench) -> Result<Vec<Measure>> {
             }
         }
         since = next;
-        watched_samples.add(sent, replied, watched.answered);
+        watched_samples.add(watched.sent, watched.replied, watched.answered);
         updater
             .call_granted(&release)
             .context(|| format!("release of {}", owner.name))?;

@@ -200,6 +200,7 @@ impl Server {
         let (events, said) =
             events::LuxidEvents::open(root, &settings, poll.registry(), EVENTS_SYNCED)?;
         let (mut restored, watched) = restored(&queue, &livelock_dir, jobs, finished);
+        restored.archived = archived_unfinished(&queue, &said, &restored);
         restored.events = said;
         let (core, effects) = QueueCore::new(config, restored, RandomState::new(), Instant::now());
         let mut shell = Shell {
@@ -231,6 +232,7 @@ impl Server {
         for (id, pidfd) in watched {
             shell.watch_process(id, None, pidfd);
         }
+        shell.remove_stale_priority_requests();
         shell.carry_out(effects);
         shell.watch_workers();
         Ok(Server {
@@ -485,6 +487,30 @@ impl Handler for Shell {
 }
 
 impl Shell {
+    /// A priority request file of a job with no runner any more (its job
+    /// ended while luxid was down, before the runner read it) has no one
+    /// to read or remove it: it goes at start.
+    fn remove_stale_priority_requests(&self) {
+        let Ok(entries) = fs::read_dir(self.queue.dir()) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(id) = name
+                .to_str()
+                .and_then(|name| name.strip_prefix("job-"))
+                .and_then(|rest| rest.strip_suffix(".priority"))
+                .and_then(|id| id.parse::<JobId>().ok())
+            else {
+                continue;
+            };
+            if !self.core.is_started(id) {
+                tracing::info!(job = id, "removed a priority request no runner will read");
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+
     /// Runs one input and every effect it leads to; answers what the core
     /// answered to the request of `Input::Request`, and the result of a
     /// commit.
@@ -963,6 +989,31 @@ fn restored(
     restored.jobs = jobs;
     restored.finished = finished;
     (restored, watched)
+}
+
+/// The archived files of the jobs the event sequence has not said
+/// finished that the queue has no more (see [`Restored::archived`]).
+fn archived_unfinished(
+    queue: &Queue,
+    said: &queue_core::JobEvents,
+    restored: &Restored,
+) -> Vec<Job> {
+    let present: std::collections::BTreeSet<JobId> = restored
+        .jobs
+        .iter()
+        .map(|job| job.id)
+        .chain(restored.finished.iter().map(|job| job.id))
+        .collect();
+    said.unfinished()
+        .filter(|id| !present.contains(id))
+        .filter_map(|id| match queue.read_archived(id) {
+            Ok(job) => job,
+            Err(error) => {
+                tracing::warn!(job = id, %error, "cannot read an archived job to tell its end");
+                None
+            }
+        })
+        .collect()
 }
 
 /// What carrying out effects answered.

@@ -448,8 +448,10 @@ impl Reporter {
             let metrics = self.shared.metrics.lock().expect("no panic holding it");
             let interval = self.settings.metrics.interval_ms as f64 / 1000.0;
             let mut statsd = Statsd::resume(&self.settings.metrics.prefix, interval, &metrics);
-            // The last reporter's last send: no two in one interval.
-            statsd.not_before(self.saved.statsd_sent_at + interval);
+            // The last reporter may have sent after its last save, but
+            // not after its death, which came before this election: one
+            // interval from now keeps every two sends an interval apart.
+            statsd.not_before((self.saved.statsd_sent_at + interval).max(now_secs() + interval));
             self.statsd = Some((socket, statsd));
         }
         self.elected = true;
@@ -520,13 +522,20 @@ impl Reporter {
             metrics.hook_ran(!outcome.failed());
             self.dirty = true;
         }
+        let mut hooks_moved = false;
         for source in Source::ALL {
             let index = source as usize;
             let done = self.hooks.done_through(source).min(self.saved.read[index]);
             if done > self.saved.hooks_done[index] {
                 self.saved.hooks_done[index] = done;
                 self.dirty = true;
+                hooks_moved = true;
             }
+        }
+        // Hook runs that ended are saved at once: a restart repeats only
+        // those under way.
+        if hooks_moved && !self.settings.hooks.is_empty() {
+            self.save();
         }
         let now = now_secs();
         if let Some((socket, statsd)) = &mut self.statsd {

@@ -423,6 +423,8 @@ pub struct World {
     now: Instant,
     /// Job files (not archived).
     disk: BTreeMap<JobId, Job>,
+    /// The archive's job files.
+    archive: BTreeMap<JobId, Job>,
     drained: bool,
     disk_full: bool,
     /// Live runner processes, by job: their pid.
@@ -457,6 +459,7 @@ impl World {
             config,
             now,
             disk: BTreeMap::new(),
+            archive: BTreeMap::new(),
             drained: false,
             disk_full: false,
             processes: BTreeMap::new(),
@@ -729,10 +732,17 @@ impl World {
         for event in &self.events {
             said.replay(event);
         }
+        // luxid reads the archived files of jobs the sequence has not
+        // said finished.
+        let archived = said
+            .unfinished()
+            .filter_map(|id| self.archive.get(&id).cloned())
+            .collect();
         let mut restored = Restored {
             serial: self.core.serial(),
             drained: self.drained,
             events: said,
+            archived,
             ..Restored::default()
         };
         for job in self.disk.values() {
@@ -779,7 +789,9 @@ impl World {
                 Ok(())
             }
             Action::Archive(id) => {
-                self.disk.remove(&id);
+                if let Some(job) = self.disk.remove(&id) {
+                    self.archive.insert(id, job);
+                }
                 Ok(())
             }
             Action::SetDrain(drained) => {

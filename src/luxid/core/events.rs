@@ -76,6 +76,14 @@ impl JobEvents {
         self.jobs.keys().copied()
     }
 
+    /// The jobs said submitted and not finished.
+    pub fn unfinished(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.jobs
+            .iter()
+            .filter(|(_, said)| !said.finished)
+            .map(|(id, _)| *id)
+    }
+
     /// A durable copy of `job`: the events it adds.
     pub fn observe(&mut self, job: &Job) {
         let id = job.id;

@@ -85,6 +85,10 @@ pub struct Restored {
     /// What the event sequence said of the jobs (its checkpoint and the
     /// events after it): the start gives what it missed.
     pub events: JobEvents,
+    /// The archived files of jobs the sequence has not said finished and
+    /// the queue has no more (archived after their end, which the
+    /// sequence lost): their end is told before their archiving.
+    pub archived: Vec<Job>,
 }
 
 /// A signal luxid sends a runner, which the runner handles.
@@ -610,7 +614,7 @@ impl QueueCore {
             events: restored.events,
         };
         let mut effects = Vec::new();
-        core.reconcile_events(&restored.jobs);
+        core.reconcile_events(&restored.jobs, &restored.archived);
         for job in restored.jobs {
             let id = job.id;
             core.serial = core.serial.max(id);
@@ -685,7 +689,7 @@ impl QueueCore {
     /// What the sequence missed while luxid was down (or had not yet seen
     /// when it crashed): every job's missing steps, in id order, and the
     /// archiving of jobs no longer in the queue.
-    fn reconcile_events(&mut self, jobs: &[Job]) {
+    fn reconcile_events(&mut self, jobs: &[Job], archived: &[Job]) {
         let mut present = BTreeSet::new();
         let mut in_order: Vec<&Job> = jobs.iter().collect();
         in_order.sort_by_key(|job| job.id);
@@ -714,6 +718,9 @@ impl QueueCore {
             .filter(|id| !present.contains(id))
             .collect();
         for id in gone {
+            if let Some(job) = archived.iter().find(|job| job.id == id) {
+                self.events.observe(job);
+            }
             self.events.archived(id);
         }
     }

@@ -766,6 +766,7 @@ fn a_runner_that_found_another_one_follows_it() {
 fn start_up_follows_live_runners_and_ends_dead_ones() {
     let restored = Restored {
         events: JobEvents::default(),
+        archived: Vec::new(),
         serial: 3,
         drained: false,
         jobs: vec![
