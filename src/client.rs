@@ -158,11 +158,24 @@ impl Client {
         &mut self,
         watch: &crate::protocol::events::WatchEvents,
     ) -> Result<(Vec<crate::events::Event>, u64), ClientError> {
-        let answer = match self.daemon {
-            Daemon::Luxid => self.luxi(&LuxiRequest::WatchEvents(watch.clone()))?,
-            Daemon::Wconfd => self.wconfd(&WconfdRequest::WatchEvents(watch.clone()))?,
+        let request = match self.daemon {
+            Daemon::Luxid => LuxiRequest::WatchEvents(watch.clone()).encode(),
+            Daemon::Wconfd => WconfdRequest::WatchEvents(watch.clone()).encode(),
         };
-        crate::protocol::events::decode_answer(&answer)
+        self.send_request(&request)?;
+        let frame = self.read_frame()?;
+        // The daemons' own form, read straight into events; any other
+        // (a success written differently, an error) the general way.
+        let result = frame
+            .strip_prefix(crate::protocol::SUCCESS_PREFIX)
+            .and_then(|rest| rest.strip_suffix(b"}"));
+        if let Some(Ok(answer)) =
+            result.map(serde_json::from_slice::<crate::protocol::events::WatchAnswer>)
+        {
+            return Ok((answer.events, answer.next));
+        }
+        let answer = decode_answer(self.daemon.name(), &frame)?;
+        crate::protocol::events::decode_answer(answer)
             .map_err(|what| self.protocol_error(format!("the events: {what}")))
     }
 
@@ -497,19 +510,33 @@ pub fn decode_answer(daemon: &'static str, frame: &[u8]) -> Result<Value, Client
     let protocol = |message: String| ClientError::Protocol { daemon, message };
     let answer: Value =
         serde_json::from_slice(frame).map_err(|error| protocol(format!("not JSON: {error}")))?;
-    match (answer.get("success"), answer.get("result")) {
-        (Some(Value::Bool(true)), Some(result)) => Ok(result.clone()),
-        (Some(Value::Bool(false)), Some(Value::Array(error))) => match error.as_slice() {
-            [Value::String(class), Value::Array(args)] => Err(ClientError::Failed {
-                daemon,
-                class: class.clone(),
-                args: args.clone(),
-            }),
-            _ => Err(protocol(format!(
-                "an error that is not [class, args]: {}",
-                Value::Array(error.clone())
-            ))),
-        },
+    // Taken apart, not cloned: an answer can be megabytes of events.
+    let (success, result) = match answer {
+        Value::Object(mut answer) => (
+            answer.get("success").cloned(),
+            answer.shift_remove("result"),
+        ),
+        _ => (None, None),
+    };
+    match (success, result) {
+        (Some(Value::Bool(true)), Some(result)) => Ok(result),
+        (Some(Value::Bool(false)), Some(Value::Array(error))) => {
+            match <[Value; 2]>::try_from(error) {
+                Ok([Value::String(class), Value::Array(args)]) => Err(ClientError::Failed {
+                    daemon,
+                    class,
+                    args,
+                }),
+                Ok(error) => Err(protocol(format!(
+                    "an error that is not [class, args]: {}",
+                    Value::from(error.to_vec())
+                ))),
+                Err(error) => Err(protocol(format!(
+                    "an error that is not [class, args]: {}",
+                    Value::Array(error)
+                ))),
+            }
+        }
         _ => Err(protocol(
             "not an object with 'success' and 'result'".to_owned(),
         )),

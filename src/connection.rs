@@ -33,7 +33,9 @@ use serde_json::Value;
 
 use crate::daemon::{self, Accepted, Admission};
 use crate::limits::{CONNECTION_OUTPUT_BYTES_MAX, READ_CHUNK_BYTES};
-use crate::protocol::{FrameReader, WireError, encode_failure, encode_success};
+use crate::protocol::{
+    FrameReader, WireError, encode_encoded_success, encode_failure, encode_success,
+};
 use crate::sys::{self, PeerCredentials};
 
 /// The listener's token; connection tokens are handed out by the daemon
@@ -44,10 +46,19 @@ pub const LISTENER: Token = Token(0);
 pub enum Reply {
     /// The answer, staged until the turn is durable.
     Now(Result<Value, WireError>),
+    /// The same, its result already encoded as JSON (an answer spliced
+    /// from stored lines rather than built as a value).
+    Encoded(Result<Vec<u8>, WireError>),
     /// Answered later with [`Connections::release`]; the connection's later
     /// requests wait. At the deadline, if still held, the connection is
     /// listed by [`Connections::expired`].
     Held(Instant),
+}
+
+/// A staged reply's result, as a value or already encoded.
+enum Outcome {
+    Value(Result<Value, WireError>),
+    Encoded(Result<Vec<u8>, WireError>),
 }
 
 /// Who sent a request.
@@ -385,13 +396,17 @@ impl Connections {
                 Err(error) => {
                     tracing::warn!(pid = connection.peer.credentials.pid, %error, "closing a connection");
                     connection.closing = true;
-                    self.stage(token, Err(WireError::generic(error.to_string())));
+                    self.stage(
+                        token,
+                        Outcome::Value(Err(WireError::generic(error.to_string()))),
+                    );
                     return;
                 }
             };
             let peer = connection.peer;
             match handler.handle(token, peer, &frame) {
-                Reply::Now(reply) => self.stage(token, reply),
+                Reply::Now(reply) => self.stage(token, Outcome::Value(reply)),
+                Reply::Encoded(reply) => self.stage(token, Outcome::Encoded(reply)),
                 Reply::Held(deadline) => self.hold(token, deadline),
             }
         }
@@ -408,13 +423,16 @@ impl Connections {
     }
 
     /// Queues a reply of connection `token` until the turn is revealed.
-    fn stage(&mut self, token: Token, reply: Result<Value, WireError>) {
+    fn stage(&mut self, token: Token, reply: Outcome) {
         let Some(connection) = self.connections.get_mut(&token) else {
             return;
         };
-        match &reply {
-            Ok(value) => encode_success(value, &mut connection.staged),
-            Err(error) => encode_failure(error, &mut connection.staged),
+        match reply {
+            Outcome::Value(Ok(value)) => encode_success(&value, &mut connection.staged),
+            Outcome::Encoded(Ok(result)) => encode_encoded_success(&result, &mut connection.staged),
+            Outcome::Value(Err(error)) | Outcome::Encoded(Err(error)) => {
+                encode_failure(&error, &mut connection.staged)
+            }
         }
         self.turn.push(token);
     }
@@ -424,6 +442,15 @@ impl Connections {
     /// connection's later requests go on. Nothing happens if the
     /// connection is gone or holds nothing.
     pub fn release(&mut self, token: Token, reply: Result<Value, WireError>) {
+        self.release_outcome(token, Outcome::Value(reply));
+    }
+
+    /// The same, the result already encoded as JSON.
+    pub fn release_encoded(&mut self, token: Token, reply: Result<Vec<u8>, WireError>) {
+        self.release_outcome(token, Outcome::Encoded(reply));
+    }
+
+    fn release_outcome(&mut self, token: Token, reply: Outcome) {
         let Some(connection) = self.connections.get_mut(&token) else {
             return;
         };

@@ -6,9 +6,9 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use serde_json::{Map, Value};
+use serde::Serialize;
 
-use super::Event;
+use super::{Event, EventLine};
 use crate::jobs::Timestamp;
 use crate::limits::{EVENTS_SEGMENT_EVENTS, EVENTS_TAIL_BYTES};
 
@@ -79,11 +79,12 @@ pub struct EventLog {
     /// A segment was removed since the last [`EventLog::sync`]: the
     /// directory needs a sync too.
     dir_dirty: bool,
-    /// The newest events, at most `memory_max`, oldest first.
-    memory: VecDeque<Event>,
+    /// The newest events, at most `memory_max`, oldest first, their
+    /// seqs consecutive (so the ring is indexed by seq).
+    memory: VecDeque<EventLine>,
     memory_max: usize,
-    /// Lines appended but not yet written, with their seq.
-    pending: Vec<(u64, Vec<u8>)>,
+    /// Events appended but not yet written.
+    pending: Vec<EventLine>,
     last_seq: u64,
     /// The last event known durable: readers see nothing after it, so no
     /// one ever sees an event a crash of the machine could take back.
@@ -210,7 +211,7 @@ impl EventLog {
                     what: format!("event {} where {expected} was due", event.seq),
                 });
             }
-            self.remember(event);
+            self.remember(event.line());
             expected += 1;
             good_len += end + 1;
             rest = &rest[end + 1..];
@@ -231,7 +232,12 @@ impl EventLog {
         Ok(expected - 1)
     }
 
-    fn remember(&mut self, event: Event) {
+    fn remember(&mut self, event: EventLine) {
+        debug_assert!(
+            self.memory
+                .back()
+                .is_none_or(|last| last.seq() + 1 == event.seq())
+        );
         if self.memory.len() == self.memory_max {
             self.memory.pop_front();
         }
@@ -276,7 +282,7 @@ impl EventLog {
             return Ok(());
         };
         let from = self.readable + 1;
-        let oldest = self.memory.front().map_or(u64::MAX, |event| event.seq);
+        let oldest = self.memory.front().map_or(u64::MAX, EventLine::seq);
         if from <= self.last_seq && oldest > from {
             return Err(EventsError::Damaged {
                 path: segment.path.clone(),
@@ -287,12 +293,7 @@ impl EventLog {
             .map_err(io_error(&segment.path))?;
         self.file_len = self.readable_len;
         segment.last = self.readable.max(segment.first - 1);
-        self.pending = self
-            .memory
-            .iter()
-            .filter(|event| event.seq >= from)
-            .map(|event| (event.seq, event.encode()))
-            .collect();
+        self.pending = self.memory_from(from).cloned().collect();
         Ok(())
     }
 
@@ -315,25 +316,31 @@ impl EventLog {
         }
     }
 
-    /// The first event kept (one past the last while none is).
+    /// The first event kept (one past the last while none is): the
+    /// first segment's, or before any is written the first appended.
     pub fn first_retained(&self) -> u64 {
-        self.segments
-            .first()
-            .map_or(self.last_seq + 1, |segment| segment.first)
+        match (self.segments.first(), self.pending.first()) {
+            (Some(segment), _) => segment.first,
+            (None, Some(pending)) => pending.seq(),
+            (None, None) => self.last_seq + 1,
+        }
     }
 
-    /// Appends an event (written by the next [`EventLog::write_pending`]);
-    /// its seq.
-    pub fn append(&mut self, kind: &str, fields: Map<String, Value>, ts: Timestamp) -> u64 {
+    /// The events in memory from `seq` on (none if it is not there).
+    fn memory_from(&self, seq: u64) -> impl Iterator<Item = &EventLine> {
+        let skip = self.memory.front().map_or(usize::MAX, |oldest| {
+            usize::try_from(seq.saturating_sub(oldest.seq())).unwrap_or(usize::MAX)
+        });
+        self.memory.range(skip.min(self.memory.len())..)
+    }
+
+    /// Appends an event whose fields `fields` serialises as a JSON object
+    /// (written by the next [`EventLog::write_pending`]); its seq.
+    pub fn append(&mut self, kind: &str, fields: &impl Serialize, ts: Timestamp) -> u64 {
         self.last_seq += 1;
-        let event = Event {
-            seq: self.last_seq,
-            ts,
-            kind: kind.to_owned(),
-            fields,
-        };
-        self.pending.push((event.seq, event.encode()));
-        self.remember(event);
+        let line = EventLine::encode(self.last_seq, ts, kind, fields);
+        self.pending.push(line.clone());
+        self.remember(line);
         self.last_seq
     }
 
@@ -345,10 +352,7 @@ impl EventLog {
     /// The lines of the appended events not yet written, from the
     /// `from`th on, in order.
     pub fn pending_lines(&self, from: usize) -> impl Iterator<Item = &[u8]> {
-        self.pending
-            .iter()
-            .skip(from)
-            .map(|(_, line)| line.as_slice())
+        self.pending.iter().skip(from).map(EventLine::bytes)
     }
 
     /// How many appended events are not yet written.
@@ -384,8 +388,9 @@ impl EventLog {
         }
         for event in &missing {
             self.last_seq = event.seq;
-            self.pending.push((event.seq, event.encode()));
-            self.remember(Event::clone(event));
+            let line = event.line();
+            self.pending.push(line.clone());
+            self.remember(line);
         }
         self.write_pending()?;
         self.sync()?;
@@ -397,7 +402,7 @@ impl EventLog {
     /// from a kill of the process, once this returns; [`EventLog::sync`]
     /// makes them safe from a crash of the machine.
     pub fn write_pending(&mut self) -> Result<(), EventsError> {
-        while let Some(&(first, _)) = self.pending.first() {
+        while let Some(first) = self.pending.first().map(EventLine::seq) {
             let full = self
                 .segments
                 .last()
@@ -411,8 +416,9 @@ impl EventLog {
             let room = (self.segment_events - segment.count()) as usize;
             let take = room.min(self.pending.len());
             let mut batch = Vec::new();
-            for (_, line) in &self.pending[..take] {
-                batch.extend_from_slice(line);
+            for line in &self.pending[..take] {
+                batch.extend_from_slice(line.bytes());
+                batch.push(b'\n');
             }
             if let Err(error) = file.write_all(&batch) {
                 // No piece of the batch may stay: the same lines are
@@ -421,7 +427,7 @@ impl EventLog {
                 return Err(io_error(&segment.path)(error));
             }
             self.file_len += batch.len() as u64;
-            segment.last = self.pending[take - 1].0;
+            segment.last = self.pending[take - 1].seq();
             self.pending.drain(..take);
         }
         Ok(())
@@ -474,13 +480,14 @@ impl EventLog {
 
     /// Up to `max` events after `since` whose type starts with one of
     /// `types` (none: all), and the position to ask from next (the last
-    /// event looked at, taken or not). `None`: from now on.
+    /// event looked at, taken or not). `None`: from now on. What memory
+    /// holds costs what it returns; older events are read from the files.
     pub fn read_after(
         &self,
         since: Option<u64>,
         types: Option<&[String]>,
         max: usize,
-    ) -> Result<(Vec<Event>, u64), EventsError> {
+    ) -> Result<(Vec<EventLine>, u64), EventsError> {
         let last = self.readable;
         let Some(since) = since else {
             return Ok((Vec::new(), last));
@@ -497,13 +504,13 @@ impl EventLog {
         let in_memory = self
             .memory
             .front()
-            .is_some_and(|oldest| oldest.seq <= since + 1);
+            .is_some_and(|oldest| oldest.seq() <= since + 1);
         if in_memory || since == last {
-            for event in self.memory.iter().filter(|event| event.seq > since) {
-                if found.len() == max || event.seq > last {
+            for event in self.memory_from(since + 1) {
+                if found.len() == max || event.seq() > last {
                     break;
                 }
-                next = event.seq;
+                next = event.seq();
                 if event.is_of(types) {
                     found.push(event.clone());
                 }
@@ -528,7 +535,7 @@ impl EventLog {
                 }
                 next = event.seq;
                 if event.is_of(types) {
-                    found.push(event);
+                    found.push(event.line());
                 }
             }
         }

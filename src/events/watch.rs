@@ -4,12 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use super::{Event, EventLog, EventsError};
+use super::{EventLine, EventLog, EventsError};
 use crate::limits::WATCH_EVENTS_MAX;
 use crate::protocol::events::WatchEvents;
 
 /// An answer: the events and the position to ask from next.
-pub type Answer = Result<(Vec<Event>, u64), EventsError>;
+pub type Answer = Result<(Vec<EventLine>, u64), EventsError>;
 
 struct Held {
     since: u64,

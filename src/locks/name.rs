@@ -114,9 +114,42 @@ impl fmt::Display for NameError {
 
 impl std::error::Error for NameError {}
 
+/// A lock name taken apart: a lock of its own, or a member of a level.
+enum Parts<'a> {
+    Fixed(LockName),
+    Member(Level, &'a str),
+}
+
 impl LockName {
     /// Parses the wire form `"<level>/<name>"`.
     pub fn parse(text: &str) -> Result<LockName, NameError> {
+        Ok(match LockName::parts(text)? {
+            Parts::Fixed(name) => name,
+            Parts::Member(level, member) => {
+                let member: MemberName = Arc::from(member);
+                match level {
+                    Level::Instance => LockName::Instance(member),
+                    Level::NodeGroup => LockName::NodeGroup(member),
+                    Level::Node => LockName::Node(member),
+                    Level::NodeRes => LockName::NodeRes(member),
+                    Level::Network => LockName::Network(member),
+                    Level::Service => LockName::Service(member),
+                    Level::Cluster | Level::Config => unreachable!("no members at this level"),
+                }
+            }
+        })
+    }
+
+    /// The level of the lock `text` names, checked as [`LockName::parse`]
+    /// checks it, without building the name.
+    pub fn level_of(text: &str) -> Result<Level, NameError> {
+        Ok(match LockName::parts(text)? {
+            Parts::Fixed(name) => name.level(),
+            Parts::Member(level, _) => level,
+        })
+    }
+
+    fn parts(text: &str) -> Result<Parts<'_>, NameError> {
         if text.len() > LOCK_NAME_BYTES_MAX {
             return Err(NameError::TooLong(text.len()));
         }
@@ -126,19 +159,13 @@ impl LockName {
         if member.is_empty() {
             return Err(malformed());
         }
-        let named = |make: fn(MemberName) -> LockName| Ok(make(Arc::from(member)));
         match (level, member) {
-            (Level::Cluster, "[lockset]") => Ok(LockName::ClusterSet),
-            (Level::Cluster, "BGL") => Ok(LockName::Bgl),
-            (Level::Cluster, "config") => Ok(LockName::Config),
+            (Level::Cluster, "[lockset]") => Ok(Parts::Fixed(LockName::ClusterSet)),
+            (Level::Cluster, "BGL") => Ok(Parts::Fixed(LockName::Bgl)),
+            (Level::Cluster, "config") => Ok(Parts::Fixed(LockName::Config)),
             (Level::Cluster | Level::Config, _) => Err(malformed()),
-            (level, "[lockset]") => Ok(LockName::group_of_level(level)),
-            (Level::Instance, _) => named(LockName::Instance),
-            (Level::NodeGroup, _) => named(LockName::NodeGroup),
-            (Level::Node, _) => named(LockName::Node),
-            (Level::NodeRes, _) => named(LockName::NodeRes),
-            (Level::Network, _) => named(LockName::Network),
-            (Level::Service, _) => named(LockName::Service),
+            (level, "[lockset]") => Ok(Parts::Fixed(LockName::group_of_level(level))),
+            (level, member) => Ok(Parts::Member(level, member)),
         }
     }
 

@@ -353,7 +353,7 @@ impl Server {
                 continue;
             }
             if let Some(reply) = self.shell.events.expire(Conn(token.0)) {
-                self.connections.release(token, reply);
+                self.connections.release_encoded(token, reply);
                 continue;
             }
             // The core answers every wait at its deadline; a hold it does
@@ -371,7 +371,7 @@ impl Server {
             .events
             .finish_turn(&self.shell.core, Instant::now());
         for (token, reply) in self.shell.events.ready() {
-            self.connections.release(token, reply);
+            self.connections.release_encoded(token, reply);
         }
         self.connections.reveal();
         for id in std::mem::take(&mut self.shell.spawns) {

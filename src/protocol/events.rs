@@ -7,7 +7,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{Args, WireError};
-use crate::events::{Event, EventsError};
+use crate::events::watch::Answer;
+use crate::events::{Event, EventLine, EventsError};
 use crate::limits::{
     WAIT_FOR_CHANGE_SECONDS_MAX, WATCH_EVENTS_TYPE_BYTES_MAX, WATCH_EVENTS_TYPES_MAX,
 };
@@ -85,30 +86,45 @@ impl WatchEvents {
     }
 }
 
-/// `{"events": [...], "next": n}`.
-pub fn encode_answer(events: &[Event], next: u64) -> Value {
-    let events: Vec<Value> = events
+/// `{"events": [...], "next": n}`, encoded: the events' stored lines
+/// spliced in as they are.
+pub fn encode_answer(events: &[EventLine], next: u64) -> Vec<u8> {
+    let bytes = events
         .iter()
-        .map(|event| serde_json::from_slice(&event.encode()).expect("an event is JSON"))
-        .collect();
-    json!({"events": events, "next": next})
+        .map(|event| event.bytes().len() + 1)
+        .sum::<usize>();
+    let mut answer = Vec::with_capacity(bytes + 40);
+    answer.extend_from_slice(b"{\"events\":[");
+    for (index, event) in events.iter().enumerate() {
+        if index > 0 {
+            answer.push(b',');
+        }
+        answer.extend_from_slice(event.bytes());
+    }
+    answer.extend_from_slice(format!("],\"next\":{next}}}").as_bytes());
+    answer
 }
 
-/// The answer decoded (by a client): the events and the next position.
-pub fn decode_answer(value: &Value) -> Result<(Vec<Event>, u64), String> {
-    let next = value
-        .get("next")
-        .and_then(Value::as_u64)
-        .ok_or("no \"next\" in the answer")?;
-    let events = value
-        .get("events")
-        .and_then(Value::as_array)
-        .ok_or("no \"events\" in the answer")?;
-    let events = events
-        .iter()
-        .map(|event| Event::decode(event.to_string().as_bytes()))
-        .collect::<Result<_, _>>()?;
-    Ok((events, next))
+/// A daemon's reply to a watch: the answer encoded, or its error.
+pub fn encode_reply(answer: Answer) -> Result<Vec<u8>, WireError> {
+    match answer {
+        Ok((events, next)) => Ok(encode_answer(&events, next)),
+        Err(error) => Err(wire_error(&error)),
+    }
+}
+
+/// The answer as a client reads it.
+#[derive(Debug, serde::Deserialize)]
+pub struct WatchAnswer {
+    pub events: Vec<Event>,
+    pub next: u64,
+}
+
+/// The answer decoded from its value: the events and the next position.
+pub fn decode_answer(value: Value) -> Result<(Vec<Event>, u64), String> {
+    let answer: WatchAnswer =
+        serde_json::from_value(value).map_err(|error| format!("not an answer: {error}"))?;
+    Ok((answer.events, answer.next))
 }
 
 /// `EventsExpired [first_retained]`, `EventsFuture [last]`, or a
@@ -136,6 +152,29 @@ mod tests {
         let args = args.as_array().unwrap().clone();
         let args = Args::exactly("WatchEvents", &args, 3).map_err(|e| format!("{e:?}"))?;
         WatchEvents::decode(&args).map_err(|error| error.args[0].to_string())
+    }
+
+    #[test]
+    fn an_answer_splices_the_lines_and_decodes_back() {
+        let events: Vec<Event> = (1..=3)
+            .map(|seq| Event {
+                seq,
+                ts: crate::jobs::Timestamp(10, seq),
+                kind: "job.status".to_owned(),
+                fields: json!({"id": seq, "old": "queued"})
+                    .as_object()
+                    .cloned()
+                    .unwrap(),
+            })
+            .collect();
+        let lines: Vec<EventLine> = events.iter().map(Event::line).collect();
+        let answer: Value = serde_json::from_slice(&encode_answer(&lines, 9)).unwrap();
+        assert_eq!(answer["next"], json!(9));
+        assert_eq!(decode_answer(answer).unwrap(), (events, 9));
+        let empty: Value = serde_json::from_slice(&encode_answer(&[], 4)).unwrap();
+        assert_eq!(empty, json!({"events": [], "next": 4}));
+        assert!(decode_answer(json!({"next": 1})).is_err());
+        assert!(decode_answer(json!({"events": [{"seq": 1}], "next": 1})).is_err());
     }
 
     #[test]

@@ -92,12 +92,24 @@ pub fn parse_request(frame: &[u8]) -> Result<Request, WireError> {
     Ok(Request { method, args })
 }
 
+/// How every success response begins (a client may read the result
+/// straight from what follows).
+pub const SUCCESS_PREFIX: &[u8] = br#"{"success":true,"result":"#;
+
 /// Appends a success response and its ETX: `{"success":true,"result":…}`,
 /// the result written in place (a listing can be megabytes; it is not
 /// copied into a response object first).
 pub fn encode_success(result: &Value, out: &mut Vec<u8>) {
-    out.extend_from_slice(br#"{"success":true,"result":"#);
+    out.extend_from_slice(SUCCESS_PREFIX);
     serde_json::to_writer(&mut *out, result).expect("writing JSON to a Vec cannot fail");
+    out.push(b'}');
+    out.push(ETX);
+}
+
+/// Appends a success response whose result is already encoded JSON.
+pub fn encode_encoded_success(result: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(SUCCESS_PREFIX);
+    out.extend_from_slice(result);
     out.push(b'}');
     out.push(ETX);
 }

@@ -321,7 +321,7 @@ fn age(since_us: u64, now: f64) -> f64 {
 fn lock_entry(entry: &Value) -> Option<(&str, Level, Option<Mode>)> {
     let parts = entry.as_array()?;
     let name = parts.first()?.as_str()?;
-    let level = LockName::parse(name).ok()?.level();
+    let level = LockName::level_of(name).ok()?;
     let mode = parts.get(1).and_then(Value::as_str).and_then(parse_mode);
     Some((name, level, mode))
 }
@@ -509,7 +509,10 @@ impl Metrics {
         if let Some(via) = via {
             self.counters.lock_grants[via] += 1;
         }
-        let owner = self.owners.entry(name.to_owned()).or_default();
+        if !self.owners.contains_key(name) {
+            self.owners.insert(name.to_owned(), Owner::default());
+        }
+        let owner = self.owners.get_mut(name).expect("inserted above");
         for (lock, level, mode) in entries.iter().filter_map(lock_entry) {
             let Some(mode) = mode else { continue };
             let counts = &mut self.locks_held[level_index(level)];

@@ -57,6 +57,14 @@ const ELECTION_AWAIT_MS: u64 = 60_000;
 /// One held `WatchEvents` of a reader, at most.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// After an answer of fewer than [`READ_GATHER_BELOW`] events a reader
+/// waits this long before it asks again, so a busy daemon answers it with
+/// many events a few times a second rather than a few events every turn
+/// (each answer costs the daemon's loop a turn). The first event after a
+/// quiet spell still comes at once: the held watch answers it.
+const READ_GATHER: Duration = Duration::from_millis(10);
+const READ_GATHER_BELOW: usize = 1_000;
+
 /// A reader that lost its daemon connects again after this long.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
 
@@ -249,6 +257,7 @@ fn read(root: &Path, source: Source, mut since: u64, sender: &SyncSender<Message
                 if events.is_empty() {
                     continue;
                 }
+                let gather = events.len() < READ_GATHER_BELOW;
                 let message = Message::Events {
                     source,
                     events,
@@ -256,6 +265,9 @@ fn read(root: &Path, source: Source, mut since: u64, sender: &SyncSender<Message
                 };
                 if sender.send(message).is_err() {
                     return;
+                }
+                if gather {
+                    std::thread::sleep(READ_GATHER);
                 }
             }
             Err(ClientError::Failed { class, args, .. })

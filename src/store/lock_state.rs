@@ -996,7 +996,7 @@ fn record_events(value: &Value) -> Result<Vec<crate::events::Event>, String> {
         .as_array()
         .ok_or("events is not a list")?
         .iter()
-        .map(|event| crate::events::Event::decode(event.to_string().as_bytes()))
+        .map(|event| crate::events::Event::from_value(event.clone()))
         .collect::<Result<_, _>>()
         .map_err(|what| format!("an event: {what}"))
 }

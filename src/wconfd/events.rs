@@ -7,19 +7,21 @@
 //! a crash between the journal write and the files'); before a snapshot
 //! cuts the journal, the files are synced.
 
+use std::fmt::Display;
 use std::path::Path;
 
 use mio::Token;
-use serde_json::{Map, Value, json};
+use serde::{Serialize, Serializer};
+use serde_json::{Value, json};
 
 use crate::daemon::DaemonError;
 use crate::events::{Event, EventLog, Kept, Watches};
 use crate::jobs::Timestamp;
 use crate::locks::allocation::{LockChange, OwnerRef};
-use crate::locks::{Entry, Ident, Mode, Owner};
+use crate::locks::{Entry, Ident, LockName, Mode, Owner};
 use crate::paths::WCONFD_EVENTS_DIR;
 use crate::protocol::WireError;
-use crate::protocol::events::{WatchEvents, encode_answer, wire_error};
+use crate::protocol::events::{WatchEvents, encode_reply};
 use crate::protocol::wconfd::encode_entry;
 use crate::settings::Settings;
 use crate::store::lock_state::LockStore;
@@ -58,26 +60,46 @@ pub struct WconfdEvents {
 
 /// An owner as events name it: its ident, as text (a job's id, or a
 /// service's name).
-pub fn owner_ident(owner: &Owner) -> Value {
-    match &owner.ident {
-        Ident::Name(name) => json!(name),
-        Ident::Job(id) => json!(id.to_string()),
+struct OwnerText<'a>(&'a Owner);
+
+impl Serialize for OwnerText<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match &self.0.ident {
+            Ident::Name(name) => serializer.serialize_str(name),
+            Ident::Job(id) => serializer.collect_str(id),
+        }
     }
 }
 
-fn fields(value: Value) -> Map<String, Value> {
-    match value {
-        Value::Object(map) => map,
-        _ => unreachable!("fields are built as objects"),
+/// `[[lock, mode], ...]`, each lock written as its name.
+struct LockModes<'a, L>(Vec<(&'a L, Mode)>);
+
+impl<L: Display> Serialize for LockModes<'_, L> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(
+            self.0
+                .iter()
+                .map(|(lock, mode)| (Named(*lock), mode.as_str())),
+        )
     }
 }
 
-fn lock_modes<'a>(entries: impl Iterator<Item = (&'a str, Mode)>) -> Value {
-    Value::Array(
-        entries
-            .map(|(lock, mode)| json!([lock, mode.as_str()]))
-            .collect(),
-    )
+struct Named<'a, L>(&'a L);
+
+impl<L: Display> Serialize for Named<'_, L> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self.0)
+    }
+}
+
+/// `lock.granted` and `lock.released`: written straight from the changes,
+/// with no JSON tree between (they are most of wconfd's events).
+#[derive(Serialize)]
+struct Holdings<'a> {
+    owner: OwnerText<'a>,
+    entries: LockModes<'a, LockName>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    via: Option<&'static str>,
 }
 
 impl WconfdEvents {
@@ -105,8 +127,8 @@ impl WconfdEvents {
         })
     }
 
-    fn push(&mut self, kind: &str, value: Value) {
-        self.log.append(kind, fields(value), Timestamp::now());
+    fn push(&mut self, kind: &str, fields: &impl Serialize) {
+        self.log.append(kind, fields, Timestamp::now());
     }
 
     /// The changes of holdings one operation made: per owner, what it let
@@ -121,36 +143,35 @@ impl WconfdEvents {
                     .take_while(|change| Owner::eq(&change.owner, owner))
                     .count();
             let of_owner = &changes[start..end];
-            let names: Vec<String> = of_owner
+            let released: Vec<(&LockName, Mode)> = of_owner
                 .iter()
-                .map(|change| change.lock.to_string())
-                .collect();
-            let released = of_owner.iter().zip(&names).filter_map(|(change, name)| {
-                match (change.before, change.after) {
-                    (Some(mode), None) => Some((name.as_str(), mode)),
+                .filter_map(|change| match (change.before, change.after) {
+                    (Some(mode), None) => Some((&change.lock, mode)),
                     _ => None,
-                }
-            });
-            let released = lock_modes(released);
-            if released.as_array().is_some_and(|list| !list.is_empty()) {
+                })
+                .collect();
+            if !released.is_empty() {
                 self.push(
                     "lock.released",
-                    json!({"owner": owner_ident(owner), "entries": released}),
+                    &Holdings {
+                        owner: OwnerText(owner),
+                        entries: LockModes(released),
+                        via: None,
+                    },
                 );
             }
-            let granted = of_owner
+            let granted: Vec<(&LockName, Mode)> = of_owner
                 .iter()
-                .zip(&names)
-                .filter_map(|(change, name)| change.after.map(|mode| (name.as_str(), mode)));
-            let granted = lock_modes(granted);
-            if granted.as_array().is_some_and(|list| !list.is_empty()) {
+                .filter_map(|change| change.after.map(|mode| (&change.lock, mode)))
+                .collect();
+            if !granted.is_empty() {
                 self.push(
                     "lock.granted",
-                    json!({
-                        "owner": owner_ident(owner),
-                        "entries": granted,
-                        "via": via(owner).as_str(),
-                    }),
+                    &Holdings {
+                        owner: OwnerText(owner),
+                        entries: LockModes(granted),
+                        via: Some(via(owner).as_str()),
+                    },
                 );
             }
             start = end;
@@ -166,32 +187,32 @@ impl WconfdEvents {
     ) {
         self.push(
             "lock.waiting",
-            json!({
-                "owner": owner_ident(owner),
+            &json!({
+                "owner": OwnerText(owner),
                 "priority": priority,
                 "request": request.iter().map(encode_entry).collect::<Vec<_>>(),
-                "blockers": blockers.iter().map(|owner| owner_ident(owner)).collect::<Vec<_>>(),
+                "blockers": blockers.iter().map(|owner| OwnerText(owner)).collect::<Vec<_>>(),
             }),
         );
     }
 
     pub fn withdrawn(&mut self, owner: &Owner) {
-        self.push("lock.withdrawn", json!({"owner": owner_ident(owner)}));
+        self.push("lock.withdrawn", &json!({"owner": OwnerText(owner)}));
     }
 
     pub fn owner_dead(&mut self, owner: &Owner, held: &[(String, Mode)], waited: Option<Value>) {
         self.push(
             "owner.dead",
-            json!({
-                "owner": owner_ident(owner),
-                "held": lock_modes(held.iter().map(|(lock, mode)| (lock.as_str(), *mode))),
+            &json!({
+                "owner": OwnerText(owner),
+                "held": LockModes(held.iter().map(|(lock, mode)| (lock, *mode)).collect()),
                 "waited": waited,
             }),
         );
     }
 
     pub fn config_written(&mut self, serial_no: u64) {
-        self.push("config.written", json!({"serial_no": serial_no}));
+        self.push("config.written", &json!({"serial_no": serial_no}));
     }
 
     pub fn worker_transitions(&mut self, transitions: Vec<Transition>) {
@@ -203,7 +224,7 @@ impl WconfdEvents {
             };
             self.push(
                 &kind,
-                json!({
+                &json!({
                     "uuid": change.uuid,
                     "old": change.old.map(|state| state.to_string()),
                     "new": change.new.map(|state| state.to_string()),
@@ -270,34 +291,22 @@ impl WconfdEvents {
         &mut self,
         token: Token,
         request: &WatchEvents,
-    ) -> Option<Result<Value, WireError>> {
+    ) -> Option<Result<Vec<u8>, WireError>> {
         self.watches
             .watch(token, request, &self.log)
-            .map(|answer| match answer {
-                Ok((events, next)) => Ok(encode_answer(&events, next)),
-                Err(error) => Err(wire_error(&error)),
-            })
+            .map(encode_reply)
     }
 
-    pub fn ready(&mut self) -> Vec<(Token, Result<Value, WireError>)> {
+    pub fn ready(&mut self) -> Vec<(Token, Result<Vec<u8>, WireError>)> {
         self.watches
             .ready(&self.log)
             .into_iter()
-            .map(|(token, answer)| {
-                let reply = match answer {
-                    Ok((events, next)) => Ok(encode_answer(&events, next)),
-                    Err(error) => Err(wire_error(&error)),
-                };
-                (token, reply)
-            })
+            .map(|(token, answer)| (token, encode_reply(answer)))
             .collect()
     }
 
-    pub fn expire(&mut self, token: Token) -> Option<Result<Value, WireError>> {
-        self.watches.expire(token).map(|answer| match answer {
-            Ok((events, next)) => Ok(encode_answer(&events, next)),
-            Err(error) => Err(wire_error(&error)),
-        })
+    pub fn expire(&mut self, token: Token) -> Option<Result<Vec<u8>, WireError>> {
+        self.watches.expire(token).map(encode_reply)
     }
 
     pub fn drop_watch(&mut self, token: Token) {

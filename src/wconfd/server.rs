@@ -299,7 +299,7 @@ impl Server {
                 continue;
             }
             if let Some(reply) = self.state.events.expire(token) {
-                self.connections.release(token, reply);
+                self.connections.release_encoded(token, reply);
                 continue;
             }
             let reply = match self.state.end_await_of_token(token) {
@@ -360,7 +360,7 @@ impl Server {
         }
         self.state.commit()?;
         for (token, reply) in self.state.events.ready() {
-            self.connections.release(token, reply);
+            self.connections.release_encoded(token, reply);
         }
         self.connections.reveal();
         for owner in sighups {
@@ -651,10 +651,12 @@ impl State {
                     Err(reason)
                 },
             }),
-            R::WatchEvents(watch) => match self.events.watch(token, &watch) {
-                Some(reply) => reply,
-                None => return Reply::Held(Instant::now() + watch.timeout),
-            },
+            R::WatchEvents(watch) => {
+                return match self.events.watch(token, &watch) {
+                    Some(reply) => Reply::Encoded(reply),
+                    None => Reply::Held(Instant::now() + watch.timeout),
+                };
+            }
             R::WatchWorkers { cursor, timeout_ms } => {
                 match self
                     .outbox

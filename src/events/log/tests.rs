@@ -1,5 +1,5 @@
 use super::*;
-use serde_json::json;
+use serde_json::{Map, Value, json};
 
 const KEEP_ALL: Kept = Kept {
     events: u64::MAX,
@@ -22,7 +22,7 @@ fn fill(log: &mut EventLog, count: u64, secs: u64) {
         } else {
             "lock.granted"
         };
-        log.append(kind, fields(json!({"n": index})), Timestamp(secs, 0));
+        log.append(kind, &json!({"n": index}), Timestamp(secs, 0));
     }
     log.write_pending().expect("written");
     log.sync().expect("synced");
@@ -38,8 +38,8 @@ fn written(count: u64, segments_of: u64) -> tempfile::TempDir {
     dir
 }
 
-fn seqs(events: &[Event]) -> Vec<u64> {
-    events.iter().map(|event| event.seq).collect()
+fn seqs(events: &[EventLine]) -> Vec<u64> {
+    events.iter().map(EventLine::seq).collect()
 }
 
 #[test]
@@ -54,10 +54,21 @@ fn an_event_line_round_trips_and_bad_lines_are_named() {
     assert_eq!(line.last(), Some(&b'\n'));
     assert_eq!(Event::decode(&line[..line.len() - 1]), Ok(event.clone()));
     let text = String::from_utf8(line).expect("text");
+    // Built from the fields' own serialisation, no fields or a non-object
+    // alike.
+    let bare = EventLine::encode(1, Timestamp(2, 3), "queue.started", &Map::new());
+    assert_eq!(
+        bare.bytes(),
+        br#"{"seq":1,"ts":[2,3],"type":"queue.started"}"#
+    );
+    assert!(bare.is_of(Some(&["queue.".to_owned()])));
+    let odd = EventLine::encode(1, Timestamp(2, 3), "x", &5);
+    assert_eq!(odd.bytes(), br#"{"seq":1,"ts":[2,3],"type":"x","value":5}"#);
+    assert_eq!(event.line().decode(), Ok(event.clone()));
     assert!(text.starts_with("{\"seq\":7,\"ts\":[1796000000,25],\"type\":\"job.finished\""));
     for (bad, why) in [
         (&b"nope"[..], "not JSON"),
-        (b"[1]", "not an object"),
+        (b"[1]", "expected an event object"),
         (b"{\"ts\":[1,2],\"type\":\"x\"}", "no seq"),
         (b"{\"seq\":1,\"ts\":[1],\"type\":\"x\"}", "ts"),
         (b"{\"seq\":1,\"ts\":[1,2]}", "no type"),
@@ -104,7 +115,7 @@ fn the_sequence_goes_on_across_reopening_and_segments_without_a_gap() {
         .expect("reopened")
         .with_segments_of(10);
     assert_eq!(log.last_seq(), 25);
-    assert_eq!(log.append("job.status", Map::new(), Timestamp(101, 0)), 26);
+    assert_eq!(log.append("job.status", &Map::new(), Timestamp(101, 0)), 26);
     log.write_pending().expect("written");
     // Not yet durable: not yet seen.
     assert_eq!(log.readable_last(), 25);
@@ -146,7 +157,7 @@ fn old_positions_are_read_from_the_files_alike() {
     let (all, next) = log.read_after(Some(0), None, 100).expect("read");
     assert_eq!(seqs(&all), (1..=30).collect::<Vec<u64>>());
     assert_eq!(next, 30);
-    assert_eq!(all[28].fields["n"], json!(28));
+    assert_eq!(all[28].decode().expect("decoded").fields["n"], json!(28));
     // A position of none is "from now"; none yet after the last.
     assert_eq!(log.read_after(None, None, 10).expect("read"), (vec![], 30));
     assert_eq!(
@@ -211,7 +222,7 @@ fn a_torn_last_line_is_cut_off_and_its_number_is_given_again() {
     drop(file);
     let mut log = EventLog::open(dir.path(), KEEP_ALL, 100).expect("repaired");
     assert_eq!(log.last_seq(), 3);
-    assert_eq!(log.append("job.status", Map::new(), Timestamp(1, 0)), 4);
+    assert_eq!(log.append("job.status", &Map::new(), Timestamp(1, 0)), 4);
     log.write_pending().expect("written");
     drop(log);
     let log = EventLog::open(dir.path(), KEEP_ALL, 100).expect("reopened");
@@ -260,4 +271,37 @@ fn damage_and_gaps_are_refused_naming_the_file() {
     .expect("renamed");
     let error = EventLog::open(dir.path(), KEEP_ALL, 100).expect_err("refused");
     assert!(error.to_string().contains("where 0 was due"), "{error}");
+}
+
+#[test]
+fn a_fresh_sequence_keeps_its_first_event_before_any_file_is_written() {
+    // wconfd's events are durable in its journal before the files are
+    // written: the first is readable (and not expired) at once.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut log = EventLog::open(dir.path(), KEEP_ALL, 100).expect("opened");
+    assert_eq!(log.first_retained(), 1);
+    log.append("lock.granted", &json!({"n": 1}), Timestamp(1, 0));
+    log.mark_all_durable();
+    assert_eq!(log.first_retained(), 1);
+    let (events, next) = log.read_after(Some(0), None, 10).expect("read");
+    assert_eq!((seqs(&events), next), (vec![1], 1));
+    log.write_pending().expect("written");
+    assert_eq!(log.first_retained(), 1);
+    let (events, _) = log.read_after(Some(0), None, 10).expect("read");
+    assert_eq!(seqs(&events), [1]);
+}
+
+#[test]
+fn memory_answers_cost_what_they_return() {
+    // The ring is indexed by seq: every position in it answers its own
+    // events, however full it is.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut log = EventLog::open(dir.path(), KEEP_ALL, 50).expect("opened");
+    fill(&mut log, 120, 100);
+    for since in 70..=120 {
+        let (events, next) = log.read_after(Some(since), None, 3).expect("read");
+        let want: Vec<u64> = (since + 1..=120).take(3).collect();
+        assert_eq!(seqs(&events), want, "after {since}");
+        assert_eq!(next, want.last().copied().unwrap_or(since));
+    }
 }

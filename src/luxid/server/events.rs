@@ -17,12 +17,12 @@ use serde_json::{Value, json};
 
 use super::super::core::{self as queue_core, Conn, JobEvents, NewEvent};
 use crate::daemon::DaemonError;
-use crate::events::{EventLog, Kept, Syncer, Watches};
+use crate::events::{EventLog, EventsError, Kept, Syncer, Watches};
 use crate::jobs::Timestamp;
 use crate::limits::WATCH_EVENTS_MAX;
 use crate::paths::{LUXID_EVENTS_CHECKPOINT_FILE, LUXID_EVENTS_DIR};
 use crate::protocol::WireError;
-use crate::protocol::events::{WatchEvents, encode_answer, wire_error};
+use crate::protocol::events::{WatchEvents, encode_reply};
 use crate::settings::Settings;
 use crate::store::atomic_write;
 
@@ -67,8 +67,12 @@ impl LuxidEvents {
         let mut since = checkpoint_seq;
         loop {
             let (events, next) = log.read_after(Some(since), None, WATCH_EVENTS_MAX)?;
-            for event in &events {
-                said.replay(event);
+            for line in &events {
+                let event = line.decode().map_err(|what| EventsError::Damaged {
+                    path: dir.clone(),
+                    what: format!("event {}: {what}", line.seq()),
+                })?;
+                said.replay(&event);
             }
             if next == since {
                 break;
@@ -103,7 +107,7 @@ impl LuxidEvents {
     pub(super) fn append(&mut self, events: Vec<NewEvent>) {
         let now = Timestamp::now();
         for event in events {
-            self.log.append(event.kind, event.fields, now);
+            self.log.append(event.kind, &event.fields, now);
         }
     }
 
@@ -186,36 +190,24 @@ impl LuxidEvents {
         &mut self,
         conn: Conn,
         request: &WatchEvents,
-    ) -> Option<Result<Value, WireError>> {
+    ) -> Option<Result<Vec<u8>, WireError>> {
         self.watches
             .watch(conn, request, &self.log)
-            .map(|answer| match answer {
-                Ok((events, next)) => Ok(encode_answer(&events, next)),
-                Err(error) => Err(wire_error(&error)),
-            })
+            .map(encode_reply)
     }
 
     /// The held watches with events now, answered.
-    pub(super) fn ready(&mut self) -> Vec<(Token, Result<Value, WireError>)> {
+    pub(super) fn ready(&mut self) -> Vec<(Token, Result<Vec<u8>, WireError>)> {
         self.watches
             .ready(&self.log)
             .into_iter()
-            .map(|(conn, answer)| {
-                let reply = match answer {
-                    Ok((events, next)) => Ok(encode_answer(&events, next)),
-                    Err(error) => Err(wire_error(&error)),
-                };
-                (Token(conn.0), reply)
-            })
+            .map(|(conn, answer)| (Token(conn.0), encode_reply(answer)))
             .collect()
     }
 
     /// A held watch's deadline: its empty answer, if `conn` held one.
-    pub(super) fn expire(&mut self, conn: Conn) -> Option<Result<Value, WireError>> {
-        self.watches.expire(conn).map(|answer| match answer {
-            Ok((events, next)) => Ok(encode_answer(&events, next)),
-            Err(error) => Err(wire_error(&error)),
-        })
+    pub(super) fn expire(&mut self, conn: Conn) -> Option<Result<Vec<u8>, WireError>> {
+        self.watches.expire(conn).map(encode_reply)
     }
 
     pub(super) fn drop_watch(&mut self, conn: Conn) {

@@ -38,7 +38,7 @@ impl Shell {
         let command = match request {
             LuxiRequest::WatchEvents(watch) => {
                 return match self.events.watch(conn, &watch) {
-                    Some(reply) => Reply::Now(reply),
+                    Some(reply) => Reply::Encoded(reply),
                     None => Reply::Held(Instant::now() + watch.timeout),
                 };
             }

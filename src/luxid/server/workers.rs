@@ -216,9 +216,11 @@ impl Shell {
         self.submission_of.remove(&held.conn);
         let reply = match self.command(held.conn, held.request, &held.refused) {
             crate::connection::Reply::Now(reply) => reply,
-            crate::connection::Reply::Held(_) => Err(crate::protocol::WireError::generic(
-                "a submission was held twice",
-            )),
+            crate::connection::Reply::Held(_) | crate::connection::Reply::Encoded(_) => {
+                Err(crate::protocol::WireError::generic(
+                    "a submission was answered as no submission is",
+                ))
+            }
         };
         self.releases.push((mio::Token(held.conn.0), reply));
     }
