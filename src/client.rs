@@ -179,6 +179,30 @@ impl Client {
             .map_err(|what| self.protocol_error(format!("the events: {what}")))
     }
 
+    /// Every event after `since` there is now whose type starts with one
+    /// of `types` (none: all), read answer by answer without waiting; the
+    /// events and the position to ask from next.
+    pub fn events_after(
+        &mut self,
+        mut since: u64,
+        types: Option<&[String]>,
+    ) -> Result<(Vec<crate::events::Event>, u64), ClientError> {
+        let mut all = Vec::new();
+        loop {
+            let watch = crate::protocol::events::WatchEvents {
+                since: Some(since),
+                types: types.map(<[String]>::to_vec),
+                timeout: std::time::Duration::ZERO,
+            };
+            let (events, next) = self.watch_events(&watch)?;
+            all.extend(events);
+            if next == since {
+                return Ok((all, since));
+            }
+            since = next;
+        }
+    }
+
     /// Calls luxid: its raw answer.
     pub fn luxi(&mut self, request: &LuxiRequest) -> Result<Value, ClientError> {
         self.request(&request.encode())

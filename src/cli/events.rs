@@ -92,8 +92,9 @@ pub fn events(root: &Path, output: &Output, args: &EventsArgs) -> CliResult {
                 last.saturating_sub(TAIL_EVENTS)
             }
         };
-        let (events, next) =
-            read_all(client, since, &types).map_err(|error| named(*daemon, error))?;
+        let (events, next) = client
+            .events_after(since, types.as_deref())
+            .map_err(|error| named(*daemon, error))?;
         found.extend(events.into_iter().map(|event| (*daemon, event)));
         positions.push(next);
     }
@@ -129,23 +130,6 @@ fn watch(since: Option<u64>, types: &Option<Vec<String>>, timeout: Duration) -> 
 }
 
 /// Every event after `since` there is now; the position after them.
-fn read_all(
-    client: &mut Client,
-    mut since: u64,
-    types: &Option<Vec<String>>,
-) -> Result<(Vec<Event>, u64), ClientError> {
-    let mut all = Vec::new();
-    loop {
-        let (events, next) = client.watch_events(&watch(Some(since), types, Duration::ZERO))?;
-        let done = next == since;
-        all.extend(events);
-        since = next;
-        if done {
-            return Ok((all, since));
-        }
-    }
-}
-
 fn follow(
     daemon: Daemon,
     mut client: Client,

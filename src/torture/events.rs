@@ -22,7 +22,6 @@ use super::Shared;
 use crate::client::{Client, Daemon};
 use crate::events::Event;
 use crate::jobs::{PathStep, Status};
-use crate::protocol::events::WatchEvents;
 
 /// Where the hook leaves one file per event it ran for.
 pub const HOOK_RECORDS_DIR: &str = "hook-records";
@@ -136,23 +135,7 @@ impl Reporters {
 
     /// SIGTERM to all, each reaped (SIGKILL after `grace`).
     pub fn stop(&mut self, grace: Duration) {
-        for child in &self.running {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-        }
-        let deadline = Instant::now() + grace;
-        for mut child in self.running.drain(..) {
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        super::processes::terminate(self.running.drain(..), grace);
     }
 }
 
@@ -181,23 +164,10 @@ fn elected(shared: &Shared) -> Option<u32> {
 fn all_events(shared: &Shared, daemon: Daemon) -> Result<Vec<Event>, String> {
     let mut client =
         Client::connect(&shared.root, daemon, 1 << 24).map_err(|error| error.to_string())?;
-    let mut events = Vec::new();
-    let mut since = 0;
-    loop {
-        let watch = WatchEvents {
-            since: Some(since),
-            types: None,
-            timeout: Duration::ZERO,
-        };
-        let (batch, next) = client
-            .watch_events(&watch)
-            .map_err(|error| format!("{}'s events: {error}", daemon.name()))?;
-        events.extend(batch);
-        if next == since {
-            return Ok(events);
-        }
-        since = next;
-    }
+    let (events, _) = client
+        .events_after(0, None)
+        .map_err(|error| format!("{}'s events: {error}", daemon.name()))?;
+    Ok(events)
 }
 
 /// The checks at the end (every job final, the daemons up): the

@@ -183,14 +183,22 @@ impl DaemonProcess {
 
     /// SIGTERM, and reap it (SIGKILL after `grace`).
     pub fn stop(&mut self, grace: Duration) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
+        terminate(self.child.take(), grace);
+    }
+}
+
+/// SIGTERM to every child, then each reaped; those still running after
+/// `grace` get SIGKILL.
+pub fn terminate(children: impl IntoIterator<Item = Child>, grace: Duration) {
+    let children: Vec<Child> = children.into_iter().collect();
+    for child in &children {
         let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
-        let deadline = Instant::now() + grace;
+    }
+    let deadline = Instant::now() + grace;
+    for mut child in children {
         while Instant::now() < deadline {
             if let Ok(Some(_)) = child.try_wait() {
-                return;
+                break;
             }
             std::thread::sleep(Duration::from_millis(5));
         }
