@@ -892,6 +892,24 @@ fn check_lock_table_empty(shared: &Shared) {
     }
 }
 
+/// The job whose runner a livelock file is of (`job_<id>_<stamp>`).
+fn job_of_livelock(name: &str) -> Option<u64> {
+    name.strip_prefix("job_")?.split('_').next()?.parse().ok()
+}
+
+/// Whether job `id`'s file (in the queue or the archive) names a
+/// livelock; a job without a file counts as naming one.
+fn job_named_a_livelock(shared: &Shared, id: u64) -> bool {
+    let queue_dir = shared.root.join(crate::paths::QUEUE_DIR);
+    [
+        queue::job_path(&queue_dir, id),
+        queue::archived_job_path(&queue_dir, id),
+    ]
+    .iter()
+    .find_map(|path| queue::read_job_file(path).ok().flatten())
+    .is_none_or(|job| job.livelock.is_some())
+}
+
 /// No livelock file of a dead process is left, but those the stale-age
 /// rule (D12) keeps for now: files younger than the stale age that no
 /// daemon had a reason to remove (a killed daemon's own; a lock owner
@@ -927,25 +945,26 @@ fn check_livelocks(shared: &Shared, swept: SystemTime) {
             .ok()
             .and_then(|modified| swept.duration_since(modified).ok())
             .unwrap_or_default();
-        let allowed =
-            age < LIVELOCK_STALE_AGE_MIN && (daemon || killed_known.get(&name) == Some(&false));
+        let job = job_of_livelock(&name);
+        // A runner killed before it named its livelock in the job file
+        // (a prepare job canceled as it started) left a file no daemon
+        // can know as the job's: the stale-age sweep takes it (D12).
+        let unnamed = job.is_some_and(|id| !job_named_a_livelock(shared, id));
+        let allowed = age < LIVELOCK_STALE_AGE_MIN
+            && (daemon || unnamed || killed_known.get(&name) == Some(&false));
         if allowed {
             shared
                 .figures
                 .young_livelocks
                 .fetch_add(1, Ordering::Relaxed);
         } else {
-            let killed = name
-                .strip_prefix("job_")
-                .and_then(|rest| rest.split('_').next())
-                .and_then(|id| id.parse::<u64>().ok())
-                .is_some_and(|id| {
-                    shared
-                        .runners_killed
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .contains(&id)
-                });
+            let killed = job.is_some_and(|id| {
+                shared
+                    .runners_killed
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .contains(&id)
+            });
             shared.violation(format!(
                 "stale livelock {name} (dead, {age:?} old) was not removed{}",
                 if killed {
