@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! cargo build --release --bins
-//! target/release/luxid-bench [throughput|latency|restart] [--runs N] [--quick] [--dir DIR]
+//! target/release/luxid-bench [throughput|latency|restart|events] [--runs N] [--quick] [--dir DIR]
+//!                            [--runner PATH] [--reporter]
 //! ```
 //!
 //! The scenarios, what they measure and how: `warden::bench::luxid`.

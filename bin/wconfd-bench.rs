@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! cargo build --release --bins
-//! target/release/wconfd-bench [throughput|latency|scale|death] [--runs N] [--quick] [--dir DIR]
+//! target/release/wconfd-bench [throughput|latency|scale|death|events|reporter] [--runs N] [--quick]
+//!                             [--dir DIR] [--reporter]
 //! ```
 //!
 //! The scenarios, what they measure and how: `warden::bench::wconfd`.
