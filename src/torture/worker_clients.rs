@@ -252,23 +252,30 @@ pub struct Hold {
     pub run: Run,
 }
 
-/// Reads a record file: its `start` and `end` lines (the rest of the
-/// start line returned too); None if it has no start.
-fn read_run(text: &str) -> Option<(Run, String)> {
-    let mut start = None;
-    let mut end_us = None;
+/// Reads a record file: each `start` line begins a run (the rest of the
+/// line returned with it), the `end` after it ends that run. A file holds
+/// several runs when a pid came round again (the files are named by pid).
+fn read_runs(text: &str) -> Vec<(Run, String)> {
+    let mut runs: Vec<(Run, String)> = Vec::new();
     for line in text.lines() {
         let mut words = line.splitn(3, ' ');
         match (words.next(), words.next().and_then(|at| at.parse().ok())) {
-            (Some("start"), Some(at)) => {
-                start = Some((at, words.next().unwrap_or_default().to_owned()));
+            (Some("start"), Some(at)) => runs.push((
+                Run {
+                    start_us: at,
+                    end_us: None,
+                },
+                words.next().unwrap_or_default().to_owned(),
+            )),
+            (Some("end"), Some(at)) => {
+                if let Some((run, _)) = runs.last_mut() {
+                    run.end_us = Some(at);
+                }
             }
-            (Some("end"), Some(at)) => end_us = Some(at),
             _ => {}
         }
     }
-    let (start_us, rest) = start?;
-    Some((Run { start_us, end_us }, rest))
+    runs
 }
 
 /// Every holder run and every prepare run (by uuid) recorded under
@@ -281,24 +288,25 @@ pub fn read_records(dir: &Path) -> (Vec<Hold>, BTreeMap<String, Vec<Run>>) {
         let Ok(text) = std::fs::read_to_string(entry.path()) else {
             continue;
         };
-        let Some((run, rest)) = read_run(&text) else {
-            continue;
-        };
         let parts: Vec<&str> = name.split('.').collect();
-        match parts.as_slice() {
-            ["hold", job, _pid] => {
-                let Ok(job) = job.parse() else { continue };
-                let workers: Value = serde_json::from_str(&rest).unwrap_or(Value::Null);
-                let uuids = workers
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|worker| worker["uuid"].as_str().map(str::to_owned))
-                    .collect();
-                holds.push(Hold { job, uuids, run });
+        for (run, rest) in read_runs(&text) {
+            match parts.as_slice() {
+                ["hold", job, _pid] => {
+                    let Ok(job) = job.parse() else { continue };
+                    let workers: Value = serde_json::from_str(&rest).unwrap_or(Value::Null);
+                    let uuids = workers
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|worker| worker["uuid"].as_str().map(str::to_owned))
+                        .collect();
+                    holds.push(Hold { job, uuids, run });
+                }
+                ["prepare", uuid, _pid] => {
+                    prepares.entry((*uuid).to_owned()).or_default().push(run)
+                }
+                _ => {}
             }
-            ["prepare", uuid, _pid] => prepares.entry((*uuid).to_owned()).or_default().push(run),
-            _ => {}
         }
     }
     (holds, prepares)
@@ -810,7 +818,9 @@ mod tests {
 
     #[test]
     fn records_are_read_with_their_workers() {
-        let (run, rest) = read_run("start 10 [{\"uuid\":\"w0\"}]\nend 20\n").expect("has a start");
+        let (run, rest) = read_runs("start 10 [{\"uuid\":\"w0\"}]\nend 20\n")
+            .pop()
+            .expect("has a start");
         assert_eq!(
             run,
             Run {
@@ -819,9 +829,27 @@ mod tests {
             }
         );
         assert_eq!(rest, "[{\"uuid\":\"w0\"}]");
-        assert_eq!(read_run("end 20\n"), None);
-        let (killed, _) = read_run("start 10\n").expect("has a start");
+        assert_eq!(read_runs("end 20\n"), []);
+        let (killed, _) = read_runs("start 10\n").pop().expect("has a start");
         assert_eq!(killed.end_us, None);
+        // A pid that came round again: two runs in one file, each kept.
+        let runs: Vec<Run> = read_runs("start 10\nend 20\nstart 500\nend 520\n")
+            .into_iter()
+            .map(|(run, _)| run)
+            .collect();
+        assert_eq!(
+            runs,
+            [
+                Run {
+                    start_us: 10,
+                    end_us: Some(20)
+                },
+                Run {
+                    start_us: 500,
+                    end_us: Some(520)
+                }
+            ]
+        );
     }
 
     #[test]
