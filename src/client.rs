@@ -157,14 +157,14 @@ impl Client {
     pub fn watch_events(
         &mut self,
         watch: &crate::protocol::events::WatchEvents,
-    ) -> Result<(Vec<crate::events::Event>, u64), ClientError> {
+    ) -> Result<(Vec<crate::events::EventLine>, u64), ClientError> {
         let request = match self.daemon {
             Daemon::Luxid => LuxiRequest::WatchEvents(watch.clone()).encode(),
             Daemon::Wconfd => WconfdRequest::WatchEvents(watch.clone()).encode(),
         };
         self.send_request(&request)?;
         let frame = self.read_frame()?;
-        // The daemons' own form, read straight into events; any other
+        // The daemons' own form, taken apart into lines; any other
         // (a success written differently, an error) the general way.
         let result = frame
             .strip_prefix(crate::protocol::SUCCESS_PREFIX)
@@ -186,7 +186,7 @@ impl Client {
         &mut self,
         mut since: u64,
         types: Option<&[String]>,
-    ) -> Result<(Vec<crate::events::Event>, u64), ClientError> {
+    ) -> Result<(Vec<crate::events::EventLine>, u64), ClientError> {
         let mut all = Vec::new();
         loop {
             let watch = crate::protocol::events::WatchEvents {

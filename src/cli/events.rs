@@ -1,9 +1,11 @@
 //! `warden events`: both daemons' event sequences, merged by time, one
 //! line an event (a JSON object a line with `--json`); with `--follow`,
-//! held `WatchEvents` on both, printed as they come.
+//! held `WatchEvents` on both, each event printed [`FOLLOW_REORDER`] after
+//! its time, in time order.
 
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -11,7 +13,8 @@ use serde_json::Value;
 use super::output::{Output, utc_time};
 use super::{CliError, CliResult, connect};
 use crate::client::{Client, ClientError, Daemon};
-use crate::events::Event;
+use crate::events::EventLine;
+use crate::jobs::Timestamp;
 use crate::protocol::events::WatchEvents;
 
 /// Without `--since`: this many of each daemon's last events first.
@@ -19,6 +22,12 @@ const TAIL_EVENTS: u64 = 20;
 
 /// How long one held call of `--follow` waits.
 const FOLLOW_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// With `--follow`, an event is printed this long after its time (or after
+/// it came, if its time is later), so that an earlier event of the other
+/// daemon still on its way is printed before it: the two sequences come
+/// merged by time as long as each daemon answers within this.
+const FOLLOW_REORDER: Duration = Duration::from_millis(100);
 
 #[derive(clap::Args, Debug)]
 pub struct EventsArgs {
@@ -82,7 +91,7 @@ pub fn events(root: &Path, output: &Output, args: &EventsArgs) -> CliResult {
         output.note(&format!("warden: {}", error.message));
     }
     // What is there now, from each, merged by time.
-    let mut found: Vec<(Daemon, Event)> = Vec::new();
+    let mut found: Vec<(Daemon, EventLine)> = Vec::new();
     let mut positions = Vec::new();
     for (daemon, client, start) in &mut sources {
         let since = match start {
@@ -98,7 +107,7 @@ pub fn events(root: &Path, output: &Output, args: &EventsArgs) -> CliResult {
         found.extend(events.into_iter().map(|event| (*daemon, event)));
         positions.push(next);
     }
-    found.sort_by(|a, b| (a.1.ts, a.0.name(), a.1.seq).cmp(&(b.1.ts, b.0.name(), b.1.seq)));
+    found.sort_by_key(|(daemon, event)| (event.ts(), daemon.name(), event.seq()));
     for (daemon, event) in &found {
         print_event(output, *daemon, event);
     }
@@ -112,13 +121,52 @@ pub fn events(root: &Path, output: &Output, args: &EventsArgs) -> CliResult {
         std::thread::spawn(move || follow(daemon, client, next, &types, &sender));
     }
     drop(sender);
-    for message in receiver {
+    // Held until due, in (due, daemon, seq) order: the due time is the
+    // event's time (or when it came, if earlier) + FOLLOW_REORDER.
+    let mut held: BTreeMap<(Timestamp, &'static str, u64), (Daemon, EventLine)> = BTreeMap::new();
+    loop {
+        let now = Timestamp::now();
+        while let Some(entry) = held.first_entry()
+            && entry.key().0 <= now
+        {
+            let (daemon, event) = entry.remove();
+            print_event(output, daemon, &event);
+        }
+        let message = match held.first_key_value() {
+            Some((first, _)) => {
+                receiver.recv_timeout(seconds(first.0).saturating_sub(seconds(now)))
+            }
+            None => receiver.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
         match message {
-            Ok((daemon, event)) => print_event(output, daemon, &event),
-            Err(error) => return Err(error),
+            Ok(Ok((daemon, event))) => {
+                let due = plus(event.ts().min(Timestamp::now()), FOLLOW_REORDER);
+                held.insert((due, daemon.name(), event.seq()), (daemon, event));
+            }
+            Ok(Err(error)) => {
+                for (daemon, event) in held.into_values() {
+                    print_event(output, daemon, &event);
+                }
+                return Err(error);
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                for (daemon, event) in held.into_values() {
+                    print_event(output, daemon, &event);
+                }
+                return Ok(());
+            }
         }
     }
-    Ok(())
+}
+
+fn seconds(ts: Timestamp) -> Duration {
+    Duration::from_secs(ts.0) + Duration::from_micros(ts.1)
+}
+
+fn plus(ts: Timestamp, by: Duration) -> Timestamp {
+    let sum = seconds(ts) + by;
+    Timestamp(sum.as_secs(), u64::from(sum.subsec_micros()))
 }
 
 fn watch(since: Option<u64>, types: &Option<Vec<String>>, timeout: Duration) -> WatchEvents {
@@ -135,7 +183,7 @@ fn follow(
     mut client: Client,
     mut since: u64,
     types: &Option<Vec<String>>,
-    sender: &mpsc::Sender<CliResult<(Daemon, Event)>>,
+    sender: &mpsc::Sender<CliResult<(Daemon, EventLine)>>,
 ) {
     loop {
         match client.watch_events(&watch(Some(since), types, FOLLOW_TIMEOUT)) {
@@ -180,13 +228,17 @@ fn named(daemon: Daemon, error: ClientError) -> CliError {
     CliError::from(error)
 }
 
-fn print_event(output: &Output, daemon: Daemon, event: &Event) {
+fn print_event(output: &Output, daemon: Daemon, line: &EventLine) {
     if output.json {
-        let mut value: Value = serde_json::from_slice(&event.encode()).expect("an event is JSON");
+        let mut value: Value = serde_json::from_slice(line.bytes()).expect("an event is JSON");
         value["daemon"] = Value::from(daemon.name());
         output.json_value(&value, true);
         return;
     }
+    let Ok(event) = line.decode() else {
+        output.line(&String::from_utf8_lossy(line.bytes()));
+        return;
+    };
     let seconds = event.ts.0 as f64 + event.ts.1 as f64 / 1e6;
     let fields: Vec<String> = event
         .fields

@@ -193,7 +193,7 @@ impl EventLog {
                 break; // no newline: torn
             };
             let line = &rest[..end];
-            let event = match Event::decode(line) {
+            let event = match EventLine::parse(line) {
                 Ok(event) => event,
                 // A bad last line is a torn write; a bad line before good
                 // ones is damage.
@@ -205,13 +205,13 @@ impl EventLog {
                     });
                 }
             };
-            if event.seq != expected {
+            if event.seq() != expected {
                 return Err(EventsError::Damaged {
                     path: path.to_owned(),
-                    what: format!("event {} where {expected} was due", event.seq),
+                    what: format!("event {} where {expected} was due", event.seq()),
                 });
             }
-            self.remember(event.line());
+            self.remember(event);
             expected += 1;
             good_len += end + 1;
             rest = &rest[end + 1..];
@@ -349,10 +349,18 @@ impl EventLog {
         !self.pending.is_empty()
     }
 
-    /// The lines of the appended events not yet written, from the
-    /// `from`th on, in order.
-    pub fn pending_lines(&self, from: usize) -> impl Iterator<Item = &[u8]> {
-        self.pending.iter().skip(from).map(EventLine::bytes)
+    /// The lines of the appended events not yet written after event
+    /// `seq`, in order.
+    pub fn pending_after(&self, seq: u64) -> impl Iterator<Item = &[u8]> {
+        self.pending
+            .iter()
+            .skip_while(move |line| line.seq() <= seq)
+            .map(EventLine::bytes)
+    }
+
+    /// When the oldest appended event not yet written was made.
+    pub fn oldest_pending_ts(&self) -> Option<Timestamp> {
+        self.pending.first().map(EventLine::ts)
     }
 
     /// How many appended events are not yet written.
@@ -523,19 +531,19 @@ impl EventLog {
                 if line.is_empty() {
                     continue;
                 }
-                let event = Event::decode(line).map_err(|what| EventsError::Damaged {
+                let event = EventLine::parse(line).map_err(|what| EventsError::Damaged {
                     path: segment.path.clone(),
                     what,
                 })?;
-                if event.seq <= since {
+                if event.seq() <= since {
                     continue;
                 }
-                if found.len() == max || event.seq > segment.last.min(last) {
+                if found.len() == max || event.seq() > segment.last.min(last) {
                     return Ok((found, next));
                 }
-                next = event.seq;
+                next = event.seq();
                 if event.is_of(types) {
-                    found.push(event.line());
+                    found.push(event);
                 }
             }
         }

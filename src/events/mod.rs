@@ -46,9 +46,14 @@ pub struct Event {
 /// it is appended, shared by the memory ring, the pending writes and every
 /// answer that carries it (an answer splices lines; nothing is parsed or
 /// encoded again).
+///
+/// Readers get the same: a client takes an answer apart into lines
+/// ([`EventLine::from_json`]) and whoever needs an event's fields parses
+/// the ones it needs ([`EventLine::fields`]), borrowing from the line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventLine {
     seq: u64,
+    ts: Timestamp,
     /// The line without its newline.
     bytes: Arc<[u8]>,
     /// Where the type's text is in it.
@@ -56,40 +61,65 @@ pub struct EventLine {
     kind_len: u16,
 }
 
+/// A scratch buffer grown past this by a big event is let go.
+const SCRATCH_KEPT_BYTES: usize = 64 * 1024;
+
 impl EventLine {
     /// Encodes an event: `seq`, `ts` and `type` first, then the fields,
     /// which `fields` serialises as a JSON object (anything else is kept
     /// as a field named `value`).
     pub fn encode(seq: u64, ts: Timestamp, kind: &str, fields: &impl Serialize) -> EventLine {
         use std::io::Write;
-        let mut bytes = Vec::with_capacity(128);
-        write!(
-            bytes,
-            "{{\"seq\":{seq},\"ts\":[{},{}],\"type\":",
-            ts.0, ts.1
-        )
-        .expect("writing to a Vec cannot fail");
-        let kind_at = bytes.len() + 1;
-        serde_json::to_writer(&mut bytes, kind).expect("writing JSON to a Vec cannot fail");
-        let kind_len = bytes.len() - 1 - kind_at;
-        let fields_at = bytes.len();
-        serde_json::to_writer(&mut bytes, fields).expect("fields serialise");
-        match bytes[fields_at..] {
-            [b'{', b'}'] => {
-                bytes.truncate(fields_at);
-                bytes.push(b'}');
-            }
-            [b'{', ..] => bytes[fields_at] = b',',
-            _ => {
-                let value = bytes.split_off(fields_at);
-                bytes.extend_from_slice(b",\"value\":");
-                bytes.extend_from_slice(&value);
-                bytes.push(b'}');
-            }
+        thread_local! {
+            /// Where lines are encoded before their one allocation.
+            static SCRATCH: std::cell::RefCell<Vec<u8>> =
+                std::cell::RefCell::new(Vec::with_capacity(512));
         }
+        SCRATCH.with_borrow_mut(|bytes| {
+            bytes.clear();
+            write!(
+                bytes,
+                "{{\"seq\":{seq},\"ts\":[{},{}],\"type\":",
+                ts.0, ts.1
+            )
+            .expect("writing to a Vec cannot fail");
+            let kind_at = bytes.len() + 1;
+            serde_json::to_writer(&mut *bytes, kind).expect("writing JSON to a Vec cannot fail");
+            let kind_len = bytes.len() - 1 - kind_at;
+            let fields_at = bytes.len();
+            serde_json::to_writer(&mut *bytes, fields).expect("fields serialise");
+            match bytes[fields_at..] {
+                [b'{', b'}'] => {
+                    bytes.truncate(fields_at);
+                    bytes.push(b'}');
+                }
+                [b'{', ..] => bytes[fields_at] = b',',
+                _ => {
+                    let value = bytes.split_off(fields_at);
+                    bytes.extend_from_slice(b",\"value\":");
+                    bytes.extend_from_slice(&value);
+                    bytes.push(b'}');
+                }
+            }
+            let line = EventLine::of_parts(seq, ts, Arc::from(&bytes[..]), kind_at, kind_len);
+            if bytes.capacity() > SCRATCH_KEPT_BYTES {
+                *bytes = Vec::with_capacity(512);
+            }
+            line
+        })
+    }
+
+    fn of_parts(
+        seq: u64,
+        ts: Timestamp,
+        bytes: Arc<[u8]>,
+        kind_at: usize,
+        kind_len: usize,
+    ) -> EventLine {
         EventLine {
             seq,
-            bytes: bytes.into(),
+            ts,
+            bytes,
             // Types are short dotted names; a longer one is matched by
             // its first 64 KiB.
             kind_at: u16::try_from(kind_at).unwrap_or(u16::MAX),
@@ -97,8 +127,50 @@ impl EventLine {
         }
     }
 
+    /// An event as an answer carries it. A line the daemons wrote starts
+    /// `{"seq":n,"ts":[s,u],"type":"..."` and is kept as it is (the JSON
+    /// parser has checked the rest); any other form of an event is decoded
+    /// and encoded again in that form.
+    pub fn from_json(raw: &serde_json::value::RawValue) -> Result<EventLine, String> {
+        let bytes = raw.get().as_bytes();
+        match canonical_head(bytes) {
+            Some((seq, ts, kind_at, kind_len)) => Ok(EventLine::of_parts(
+                seq,
+                ts,
+                bytes.into(),
+                kind_at,
+                kind_len,
+            )),
+            None => Ok(Event::decode(bytes)?.line()),
+        }
+    }
+
+    /// An event from a line of a segment file (without its newline), as
+    /// [`EventLine::from_json`]; the error says what is wrong with it.
+    pub fn parse(line: &[u8]) -> Result<EventLine, String> {
+        let raw: &serde_json::value::RawValue =
+            serde_json::from_slice(line).map_err(|error| format!("not JSON: {error}"))?;
+        EventLine::from_json(raw)
+    }
+
     pub fn seq(&self) -> u64 {
         self.seq
+    }
+
+    pub fn ts(&self) -> Timestamp {
+        self.ts
+    }
+
+    /// The type, `""` if it is not plain text (a type with escapes, which
+    /// no daemon writes, is still matched by [`EventLine::is_of`]).
+    pub fn kind_str(&self) -> &str {
+        std::str::from_utf8(self.kind()).unwrap_or_default()
+    }
+
+    /// The fields `T` takes from the line (it may borrow from it);
+    /// `seq`, `ts` and `type` are members too, which `T` may ignore.
+    pub fn fields<'a, T: Deserialize<'a>>(&'a self) -> Result<T, String> {
+        serde_json::from_slice(&self.bytes).map_err(|error| error.to_string())
     }
 
     /// The line, without its newline.
@@ -127,6 +199,43 @@ impl EventLine {
     /// The event decoded.
     pub fn decode(&self) -> Result<Event, String> {
         Event::decode(&self.bytes)
+    }
+}
+
+/// `seq`, `ts` and where the type is, if `line` starts the way
+/// [`EventLine::encode`] writes it.
+fn canonical_head(line: &[u8]) -> Option<(u64, Timestamp, usize, usize)> {
+    fn number(rest: &[u8]) -> Option<(u64, &[u8])> {
+        let digits = rest.iter().take_while(|byte| byte.is_ascii_digit()).count();
+        if digits == 0 || digits > 19 {
+            return None;
+        }
+        let value = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+        Some((value, &rest[digits..]))
+    }
+    let rest = line.strip_prefix(b"{\"seq\":")?;
+    let (seq, rest) = number(rest)?;
+    let (secs, rest) = number(rest.strip_prefix(b",\"ts\":[")?)?;
+    let (usecs, rest) = number(rest.strip_prefix(b",")?)?;
+    let rest = rest.strip_prefix(b"],\"type\":\"")?;
+    let kind_len = rest.iter().position(|&byte| byte == b'"')?;
+    if rest[..kind_len].contains(&b'\\') || !matches!(rest.get(kind_len + 1), Some(b',' | b'}')) {
+        return None;
+    }
+    Some((
+        seq,
+        Timestamp(secs, usecs),
+        line.len() - rest.len(),
+        kind_len,
+    ))
+}
+
+/// Read as the line it is in the answer (borrowing the answer's bytes, so
+/// only from a deserializer over a slice or a string).
+impl<'de> Deserialize<'de> for EventLine {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<EventLine, D::Error> {
+        let raw = <&'de serde_json::value::RawValue>::deserialize(deserializer)?;
+        EventLine::from_json(raw).map_err(D::Error::custom)
     }
 }
 
@@ -225,5 +334,68 @@ impl<'de> Visitor<'de> for EventVisitor {
             kind: kind.ok_or_else(|| A::Error::custom("no type"))?,
             fields,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn read(text: &str) -> Result<EventLine, String> {
+        let raw: &serde_json::value::RawValue = serde_json::from_str(text).expect("JSON");
+        EventLine::from_json(raw)
+    }
+
+    #[test]
+    fn a_line_as_the_daemons_write_it_is_kept_as_it_is() {
+        let fields = json!({"owner": "o", "entries": [["node/n1", "shared"]]});
+        let line = EventLine::encode(7, Timestamp(5, 6), "lock.granted", &fields);
+        let text = std::str::from_utf8(line.bytes()).unwrap();
+        let read = read(text).unwrap();
+        assert_eq!(read, line);
+        assert_eq!(
+            (read.seq(), read.ts(), read.kind_str()),
+            (7, Timestamp(5, 6), "lock.granted")
+        );
+        let empty = EventLine::encode(1, Timestamp(1, 2), "queue.drain", &json!({}));
+        assert_eq!(read_bytes(&empty), empty);
+    }
+
+    fn read_bytes(line: &EventLine) -> EventLine {
+        read(std::str::from_utf8(line.bytes()).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn any_other_form_of_an_event_is_written_again_in_the_daemons_form() {
+        let expected = EventLine::encode(3, Timestamp(1, 2), "job.status", &json!({"id": 4}));
+        for text in [
+            r#"{"type": "job.status", "id": 4, "ts": [1, 2], "seq": 3}"#,
+            r#"{ "seq":3,"ts":[1,2],"type":"job.status","id":4}"#,
+            r#"{"seq":3,"ts":[1,2],"type":"job\u002estatus","id":4}"#,
+        ] {
+            assert_eq!(read(text).unwrap(), expected, "{text}");
+        }
+        for bad in [
+            r#"{"ts":[1,2],"type":"job.status"}"#,
+            r#"{"seq":3,"ts":[1],"type":"job.status"}"#,
+            r#"{"seq":-3,"ts":[1,2],"type":"job.status"}"#,
+            r#"{"seq":99999999999999999999,"ts":[1,2],"type":"x"}"#,
+            r#"{"seq":3,"ts":[1,2],"type":7}"#,
+            r#"[1]"#,
+        ] {
+            assert!(read(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn fields_borrow_from_the_line() {
+        #[derive(Deserialize)]
+        struct Owner<'a> {
+            owner: &'a str,
+        }
+        let line = EventLine::encode(1, Timestamp(1, 0), "lock.released", &json!({"owner": "o1"}));
+        assert_eq!(line.fields::<Owner>().unwrap().owner, "o1");
+        assert!(line.fields::<Vec<u8>>().is_err());
     }
 }

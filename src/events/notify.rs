@@ -6,43 +6,46 @@
 //! after its [`QueueChange::event_notification`] /
 //! [`LockChange::event_notification`], which hears every event.
 //!
+//! A listener gets the event's line and parses what it needs of it
+//! ([`EventLine::fields`], [`EventLine::decode`]).
+//!
 //! The reporter's metrics and hooks are listeners; the worker registry's
 //! own listener inside wconfd is [`crate::workers::WorkerChange`].
 
-use super::Event;
+use super::EventLine;
 
 /// What luxid's sequence tells (EVENTS.md, luxid's catalogue).
 pub trait QueueChange {
     /// Every event, before its own method.
-    fn event_notification(&mut self, _event: &Event) {}
-    fn queue_started_notification(&mut self, _event: &Event) {}
-    fn job_submitted_notification(&mut self, _event: &Event) {}
-    fn job_status_notification(&mut self, _event: &Event) {}
-    fn job_finished_notification(&mut self, _event: &Event) {}
-    fn job_priority_notification(&mut self, _event: &Event) {}
-    fn job_archived_notification(&mut self, _event: &Event) {}
-    fn queue_drain_notification(&mut self, _event: &Event) {}
+    fn event_notification(&mut self, _event: &EventLine) {}
+    fn queue_started_notification(&mut self, _event: &EventLine) {}
+    fn job_submitted_notification(&mut self, _event: &EventLine) {}
+    fn job_status_notification(&mut self, _event: &EventLine) {}
+    fn job_finished_notification(&mut self, _event: &EventLine) {}
+    fn job_priority_notification(&mut self, _event: &EventLine) {}
+    fn job_archived_notification(&mut self, _event: &EventLine) {}
+    fn queue_drain_notification(&mut self, _event: &EventLine) {}
 }
 
 /// What wconfd's sequence tells (EVENTS.md, wconfd's catalogue).
 pub trait LockChange {
     /// Every event, before its own method.
-    fn event_notification(&mut self, _event: &Event) {}
-    fn lock_granted_notification(&mut self, _event: &Event) {}
-    fn lock_released_notification(&mut self, _event: &Event) {}
-    fn lock_waiting_notification(&mut self, _event: &Event) {}
-    fn lock_withdrawn_notification(&mut self, _event: &Event) {}
-    fn owner_dead_notification(&mut self, _event: &Event) {}
-    fn config_written_notification(&mut self, _event: &Event) {}
+    fn event_notification(&mut self, _event: &EventLine) {}
+    fn lock_granted_notification(&mut self, _event: &EventLine) {}
+    fn lock_released_notification(&mut self, _event: &EventLine) {}
+    fn lock_waiting_notification(&mut self, _event: &EventLine) {}
+    fn lock_withdrawn_notification(&mut self, _event: &EventLine) {}
+    fn owner_dead_notification(&mut self, _event: &EventLine) {}
+    fn config_written_notification(&mut self, _event: &EventLine) {}
     /// `worker.<state>` (`state` lower case), `worker.groups`,
     /// `worker.deregistered`.
-    fn worker_changed_notification(&mut self, _event: &Event, _change: &str) {}
+    fn worker_changed_notification(&mut self, _event: &EventLine, _change: &str) {}
 }
 
 /// Tells `listener` of one event of luxid's sequence.
-pub fn notify_queue(event: &Event, listener: &mut dyn QueueChange) {
+pub fn notify_queue(event: &EventLine, listener: &mut dyn QueueChange) {
     listener.event_notification(event);
-    match event.kind.as_str() {
+    match event.kind_str() {
         "queue.started" => listener.queue_started_notification(event),
         "job.submitted" => listener.job_submitted_notification(event),
         "job.status" => listener.job_status_notification(event),
@@ -55,9 +58,9 @@ pub fn notify_queue(event: &Event, listener: &mut dyn QueueChange) {
 }
 
 /// Tells `listener` of one event of wconfd's sequence.
-pub fn notify_locks(event: &Event, listener: &mut dyn LockChange) {
+pub fn notify_locks(event: &EventLine, listener: &mut dyn LockChange) {
     listener.event_notification(event);
-    match event.kind.as_str() {
+    match event.kind_str() {
         "lock.granted" => listener.lock_granted_notification(event),
         "lock.released" => listener.lock_released_notification(event),
         "lock.waiting" => listener.lock_waiting_notification(event),
@@ -81,27 +84,22 @@ mod tests {
     struct Heard(Vec<String>);
 
     impl QueueChange for Heard {
-        fn event_notification(&mut self, event: &Event) {
-            self.0.push(format!("any {}", event.kind));
+        fn event_notification(&mut self, event: &EventLine) {
+            self.0.push(format!("any {}", event.kind_str()));
         }
-        fn job_finished_notification(&mut self, event: &Event) {
-            self.0.push(format!("finished {}", event.seq));
+        fn job_finished_notification(&mut self, event: &EventLine) {
+            self.0.push(format!("finished {}", event.seq()));
         }
     }
 
     impl LockChange for Heard {
-        fn worker_changed_notification(&mut self, _event: &Event, change: &str) {
+        fn worker_changed_notification(&mut self, _event: &EventLine, change: &str) {
             self.0.push(format!("worker {change}"));
         }
     }
 
-    fn event(seq: u64, kind: &str) -> Event {
-        Event {
-            seq,
-            ts: Timestamp(1, 0),
-            kind: kind.to_owned(),
-            fields: serde_json::Map::new(),
-        }
+    fn event(seq: u64, kind: &str) -> EventLine {
+        EventLine::encode(seq, Timestamp(1, 0), kind, &serde_json::Map::new())
     }
 
     #[test]

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::{Args, WireError};
 use crate::events::watch::Answer;
-use crate::events::{Event, EventLine, EventsError};
+use crate::events::{EventLine, EventsError};
 use crate::limits::{
     WAIT_FOR_CHANGE_SECONDS_MAX, WATCH_EVENTS_TYPE_BYTES_MAX, WATCH_EVENTS_TYPES_MAX,
 };
@@ -113,17 +113,19 @@ pub fn encode_reply(answer: Answer) -> Result<Vec<u8>, WireError> {
     }
 }
 
-/// The answer as a client reads it.
+/// The answer as a client reads it (from its bytes: the events are lines
+/// of them).
 #[derive(Debug, serde::Deserialize)]
 pub struct WatchAnswer {
-    pub events: Vec<Event>,
+    pub events: Vec<EventLine>,
     pub next: u64,
 }
 
 /// The answer decoded from its value: the events and the next position.
-pub fn decode_answer(value: Value) -> Result<(Vec<Event>, u64), String> {
+pub fn decode_answer(value: Value) -> Result<(Vec<EventLine>, u64), String> {
+    let bytes = serde_json::to_vec(&value).expect("a value serialises");
     let answer: WatchAnswer =
-        serde_json::from_value(value).map_err(|error| format!("not an answer: {error}"))?;
+        serde_json::from_slice(&bytes).map_err(|error| format!("not an answer: {error}"))?;
     Ok((answer.events, answer.next))
 }
 
@@ -146,6 +148,7 @@ pub fn wire_error(error: &EventsError) -> WireError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::events::Event;
     use crate::protocol::Args;
 
     fn decode(args: Value) -> Result<WatchEvents, String> {
@@ -170,7 +173,7 @@ mod tests {
         let lines: Vec<EventLine> = events.iter().map(Event::line).collect();
         let answer: Value = serde_json::from_slice(&encode_answer(&lines, 9)).unwrap();
         assert_eq!(answer["next"], json!(9));
-        assert_eq!(decode_answer(answer).unwrap(), (events, 9));
+        assert_eq!(decode_answer(answer).unwrap(), (lines, 9));
         let empty: Value = serde_json::from_slice(&encode_answer(&[], 4)).unwrap();
         assert_eq!(empty, json!({"events": [], "next": 4}));
         assert!(decode_answer(json!({"next": 1})).is_err());

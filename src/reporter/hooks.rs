@@ -81,7 +81,7 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
 
-use crate::events::Event;
+use crate::events::EventLine;
 use crate::limits::{HOOK_RETRIES, HOOKS_RUNNING_MAX};
 use crate::reporter::metrics::Source;
 use crate::sys;
@@ -295,31 +295,31 @@ impl Hooks {
     /// ignored with a warning, except as the first after construction or
     /// [`Hooks::stop`]. Never refuses: the caller keeps to
     /// [`Hooks::has_room`].
-    pub fn offer(&mut self, source: Source, event: &Event) {
+    pub fn offer(&mut self, source: Source, event: &EventLine) {
         let position = &mut self.positions[slot(source)];
-        if !position.fresh && event.seq <= position.last_offered {
+        if !position.fresh && event.seq() <= position.last_offered {
             tracing::warn!(
                 source = source.as_str(),
-                seq = event.seq,
+                seq = event.seq(),
                 last = position.last_offered,
                 "an event offered to the hooks again or out of order: ignored"
             );
             return;
         }
         position.fresh = false;
-        position.last_offered = event.seq;
+        position.last_offered = event.seq();
         let matching: Vec<usize> = (0..self.hooks.len())
-            .filter(|&hook| event.kind.starts_with(self.hooks[hook].prefix.as_str()))
+            .filter(|&hook| event.is_of(Some(std::slice::from_ref(&self.hooks[hook].prefix))))
             .collect();
         if matching.is_empty() {
             return;
         }
-        position.unfinished.insert(event.seq, matching.len());
+        position.unfinished.insert(event.seq(), matching.len());
         let offered = Arc::new(Offered {
             source,
-            seq: event.seq,
-            kind: event.kind.clone(),
-            line: event.encode(),
+            seq: event.seq(),
+            kind: event.kind_str().to_owned(),
+            line: [event.bytes(), b"\n"].concat(),
         });
         for hook in matching {
             self.queued.push_back(Run {

@@ -17,9 +17,13 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value, json};
 
-use crate::events::Event;
+use crate::events::EventLine;
 use crate::events::notify::{LockChange, QueueChange, notify_locks, notify_queue};
 use crate::jobs::{JobId, Status, Timestamp};
 use crate::limits::{STATSD_PACKET_BYTES_MAX, WORKER_GROUPS_MAX};
@@ -316,14 +320,156 @@ fn age(since_us: u64, now: f64) -> f64 {
     (now - since_us as f64 / 1e6).max(0.0)
 }
 
-/// A `[lock, mode]` entry: its name, level and mode; `None` if either
-/// does not parse.
+/// A saved `[lock, mode]` entry: its name, level and mode; `None` if
+/// either does not parse.
 fn lock_entry(entry: &Value) -> Option<(&str, Level, Option<Mode>)> {
     let parts = entry.as_array()?;
     let name = parts.first()?.as_str()?;
     let level = LockName::level_of(name).ok()?;
     let mode = parts.get(1).and_then(Value::as_str).and_then(parse_mode);
     Some((name, level, mode))
+}
+
+/// The fields of `lock.granted` and `lock.released` (most of wconfd's
+/// events), read from the line without a tree of values. Each part is
+/// read leniently: a part of the wrong type is `None` (an entry that is
+/// not `[text, text]` has no name), as the other handlers' field lookups.
+#[derive(Deserialize)]
+struct LockChangeFields<'a> {
+    #[serde(borrow, default)]
+    owner: Text<'a>,
+    #[serde(borrow, default)]
+    entries: Entries<'a>,
+    #[serde(borrow, default)]
+    via: Text<'a>,
+}
+
+/// A text, or `None` for anything else.
+#[derive(Default)]
+struct Text<'a>(Option<Cow<'a, str>>);
+
+/// A list of `[lock, mode]` entries, or `None` for anything else.
+#[derive(Default)]
+struct Entries<'a>(Option<Vec<LockEntry<'a>>>);
+
+/// A `[lock, mode]` entry; its parts `None` where they are not text.
+struct LockEntry<'a> {
+    name: Option<Cow<'a, str>>,
+    mode: Option<Cow<'a, str>>,
+}
+
+/// What [`Text`], [`Entries`] and [`LockEntry`] make of a JSON value.
+struct Lenient<T>(std::marker::PhantomData<T>);
+
+/// Skips what a lenient part does not take.
+macro_rules! lenient_otherwise {
+    ($none:expr) => {
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok($none)
+        }
+    };
+}
+
+impl<'de: 'a, 'a> Visitor<'de> for Lenient<Text<'a>> {
+    type Value = Text<'a>;
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("any value")
+    }
+    fn visit_borrowed_str<E>(self, text: &'de str) -> Result<Text<'a>, E> {
+        Ok(Text(Some(Cow::Borrowed(text))))
+    }
+    fn visit_str<E>(self, text: &str) -> Result<Text<'a>, E> {
+        Ok(Text(Some(Cow::Owned(text.to_owned()))))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Text<'a>, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Text(None))
+    }
+    lenient_otherwise!(Text(None));
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(Lenient::<Self>(std::marker::PhantomData))
+    }
+}
+
+impl<'de: 'a, 'a> Visitor<'de> for Lenient<Entries<'a>> {
+    type Value = Entries<'a>;
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("any value")
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Entries<'a>, E> {
+        Ok(Entries(None))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Entries<'a>, A::Error> {
+        let mut entries = Vec::with_capacity(seq.size_hint().unwrap_or(1));
+        while let Some(entry) = seq.next_element::<LockEntry<'a>>()? {
+            entries.push(entry);
+        }
+        Ok(Entries(Some(entries)))
+    }
+    lenient_otherwise!(Entries(None));
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Entries<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(Lenient::<Self>(std::marker::PhantomData))
+    }
+}
+
+impl<'de: 'a, 'a> Visitor<'de> for Lenient<LockEntry<'a>> {
+    type Value = LockEntry<'a>;
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("any value")
+    }
+    fn visit_str<E>(self, _: &str) -> Result<LockEntry<'a>, E> {
+        Ok(LockEntry::NONE)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<LockEntry<'a>, A::Error> {
+        let name = seq.next_element::<Text<'a>>()?.and_then(|text| text.0);
+        let mode = seq.next_element::<Text<'a>>()?.and_then(|text| text.0);
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(LockEntry { name, mode })
+    }
+    lenient_otherwise!(LockEntry::NONE);
+}
+
+impl LockEntry<'_> {
+    const NONE: LockEntry<'static> = LockEntry {
+        name: None,
+        mode: None,
+    };
+
+    /// Its name, level and mode; `None` if the name or level does not
+    /// parse (the mode is `None` if it does not).
+    fn parts(&self) -> Option<(&str, Level, Option<Mode>)> {
+        let name = self.name.as_deref()?;
+        let level = LockName::level_of(name).ok()?;
+        Some((name, level, self.mode.as_deref().and_then(parse_mode)))
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for LockEntry<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(Lenient::<Self>(std::marker::PhantomData))
+    }
 }
 
 fn text_field<'a>(fields: &'a Map<String, Value>, name: &str) -> Option<&'a str> {
@@ -383,7 +529,7 @@ impl Metrics {
     /// malformed or of an unknown type changes nothing else (a field that
     /// does not parse skips the event, or only its entry in a list). The
     /// metrics are a listener of both sequences' notifications.
-    pub fn apply(&mut self, source: Source, event: &Event) {
+    pub fn apply(&mut self, source: Source, event: &EventLine) {
         self.counters.events_read[source.index()] += 1;
         match source {
             Source::Luxid => notify_queue(event, self),
@@ -502,10 +648,10 @@ impl Metrics {
         Some(())
     }
 
-    fn lock_granted(&mut self, fields: &Map<String, Value>, ts_us: u64) -> Option<()> {
-        let name = text_field(fields, "owner")?;
-        let entries = fields.get("entries")?.as_array()?;
-        let via = text_field(fields, "via").and_then(|via| VIAS.iter().position(|v| *v == via));
+    fn lock_granted(&mut self, fields: &LockChangeFields<'_>, ts_us: u64) -> Option<()> {
+        let name = fields.owner.0.as_deref()?;
+        let entries = fields.entries.0.as_ref()?;
+        let via = (fields.via.0.as_deref()).and_then(|via| VIAS.iter().position(|v| *v == via));
         if let Some(via) = via {
             self.counters.lock_grants[via] += 1;
         }
@@ -513,7 +659,7 @@ impl Metrics {
             self.owners.insert(name.to_owned(), Owner::default());
         }
         let owner = self.owners.get_mut(name).expect("inserted above");
-        for (lock, level, mode) in entries.iter().filter_map(lock_entry) {
+        for (lock, level, mode) in entries.iter().filter_map(LockEntry::parts) {
             let Some(mode) = mode else { continue };
             let counts = &mut self.locks_held[level_index(level)];
             match owner.held.get_mut(lock) {
@@ -551,12 +697,12 @@ impl Metrics {
         Some(())
     }
 
-    fn lock_released(&mut self, fields: &Map<String, Value>, ts_us: u64) -> Option<()> {
-        let name = text_field(fields, "owner")?;
-        let entries = fields.get("entries")?.as_array()?;
+    fn lock_released(&mut self, fields: &LockChangeFields<'_>, ts_us: u64) -> Option<()> {
+        let name = fields.owner.0.as_deref()?;
+        let entries = fields.entries.0.as_ref()?;
         let owner = self.owners.get_mut(name)?;
         let mut holds = Vec::new();
-        for (lock, _, _) in entries.iter().filter_map(lock_entry) {
+        for (lock, _, _) in entries.iter().filter_map(LockEntry::parts) {
             // The tracked mode counts: it is the one the gauge holds.
             if let Some(held) = owner.held.remove(lock) {
                 self.locks_held[level_index(held.level)][mode_index(held.mode)] -= 1;
@@ -1550,55 +1696,78 @@ struct Sent {
 }
 
 /// luxid's events; `None` from a handler: malformed, nothing changed.
+/// These come at job rates: the handlers read the event decoded.
 impl QueueChange for Metrics {
-    fn queue_started_notification(&mut self, event: &Event) {
+    fn queue_started_notification(&mut self, event: &EventLine) {
+        let Ok(event) = event.decode() else { return };
         if let Some(max) = event.fields.get("max_running_jobs").and_then(Value::as_u64) {
             self.slots_max = max;
         }
     }
 
-    fn job_submitted_notification(&mut self, event: &Event) {
-        let _: Option<()> = self.job_submitted(&event.fields);
+    fn job_submitted_notification(&mut self, event: &EventLine) {
+        if let Ok(event) = event.decode() {
+            let _: Option<()> = self.job_submitted(&event.fields);
+        }
     }
 
-    fn job_status_notification(&mut self, event: &Event) {
-        let _: Option<()> = self.job_status(&event.fields, micros(event.ts));
+    fn job_status_notification(&mut self, event: &EventLine) {
+        if let Ok(event) = event.decode() {
+            let _: Option<()> = self.job_status(&event.fields, micros(event.ts));
+        }
     }
 
-    fn job_finished_notification(&mut self, event: &Event) {
-        let _: Option<()> = self.job_finished(&event.fields);
+    fn job_finished_notification(&mut self, event: &EventLine) {
+        if let Ok(event) = event.decode() {
+            let _: Option<()> = self.job_finished(&event.fields);
+        }
     }
 
-    fn job_archived_notification(&mut self, event: &Event) {
-        let _: Option<()> = self.job_archived(&event.fields);
+    fn job_archived_notification(&mut self, event: &EventLine) {
+        if let Ok(event) = event.decode() {
+            let _: Option<()> = self.job_archived(&event.fields);
+        }
     }
 }
 
-/// wconfd's events (`config.written` counts only as read).
+/// wconfd's events (`config.written` counts only as read). Grants and
+/// releases come at lock RPC rates and are read borrowed from the line;
+/// the rest decoded.
 impl LockChange for Metrics {
-    fn lock_granted_notification(&mut self, event: &Event) {
-        let _: Option<()> = self.lock_granted(&event.fields, micros(event.ts));
+    fn lock_granted_notification(&mut self, event: &EventLine) {
+        if let Ok(fields) = event.fields::<LockChangeFields>() {
+            let _: Option<()> = self.lock_granted(&fields, micros(event.ts()));
+        }
     }
 
-    fn lock_released_notification(&mut self, event: &Event) {
-        let _: Option<()> = self.lock_released(&event.fields, micros(event.ts));
+    fn lock_released_notification(&mut self, event: &EventLine) {
+        if let Ok(fields) = event.fields::<LockChangeFields>() {
+            let _: Option<()> = self.lock_released(&fields, micros(event.ts()));
+        }
     }
 
-    fn lock_waiting_notification(&mut self, event: &Event) {
-        let _: Option<()> = self.lock_waiting(&event.fields, micros(event.ts));
+    fn lock_waiting_notification(&mut self, event: &EventLine) {
+        if let Ok(event) = event.decode() {
+            let _: Option<()> = self.lock_waiting(&event.fields, micros(event.ts));
+        }
     }
 
-    fn lock_withdrawn_notification(&mut self, event: &Event) {
-        let _: Option<()> = self.wait_ended(&event.fields);
+    fn lock_withdrawn_notification(&mut self, event: &EventLine) {
+        if let Ok(event) = event.decode() {
+            let _: Option<()> = self.wait_ended(&event.fields);
+        }
     }
 
-    fn owner_dead_notification(&mut self, event: &Event) {
-        if self.wait_ended(&event.fields).is_some() {
+    fn owner_dead_notification(&mut self, event: &EventLine) {
+        if let Ok(event) = event.decode()
+            && self.wait_ended(&event.fields).is_some()
+        {
             self.counters.owner_deaths += 1;
         }
     }
 
-    fn worker_changed_notification(&mut self, event: &Event, change: &str) {
+    fn worker_changed_notification(&mut self, event: &EventLine, change: &str) {
+        let Ok(event) = event.decode() else { return };
         let _: Option<()> = match change {
             "deregistered" => self.worker_deregistered(&event.fields),
             state => self.worker_changed(state, &event.fields),

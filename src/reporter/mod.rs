@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::client::{Client, ClientError, Daemon};
-use crate::events::Event;
+use crate::events::EventLine;
 use crate::events::notify::{LockChange, QueueChange, notify_locks, notify_queue};
 use crate::jobs::Timestamp;
 use crate::limits::{HOOK_RETRY_PAUSE, HOOK_TIMEOUT, LUXID_FRAME_BYTES_MAX_DEFAULT};
@@ -104,7 +104,7 @@ enum Message {
     Deposed,
     Events {
         source: Source,
-        events: Vec<Event>,
+        events: Vec<EventLine>,
         next: u64,
     },
     /// A cursor outside what the daemon keeps: where to go on.
@@ -313,13 +313,13 @@ struct HookFeed<'a> {
 }
 
 impl QueueChange for HookFeed<'_> {
-    fn event_notification(&mut self, event: &Event) {
+    fn event_notification(&mut self, event: &EventLine) {
         self.hooks.offer(self.source, event);
     }
 }
 
 impl LockChange for HookFeed<'_> {
-    fn event_notification(&mut self, event: &Event) {
+    fn event_notification(&mut self, event: &EventLine) {
         self.hooks.offer(self.source, event);
     }
 }
@@ -483,12 +483,12 @@ impl Reporter {
         Ok(())
     }
 
-    fn take_events(&mut self, source: Source, events: &[Event], next: u64) {
+    fn take_events(&mut self, source: Source, events: &[EventLine], next: u64) {
         let index = source as usize;
         {
             let mut metrics = self.shared.metrics.lock().expect("no panic holding it");
             for event in events {
-                if event.seq > self.saved.read[index] {
+                if event.seq() > self.saved.read[index] {
                     metrics.apply(source, event);
                 }
             }
@@ -498,7 +498,7 @@ impl Reporter {
             source,
         };
         for event in events {
-            if event.seq > self.saved.hooks_done[index] {
+            if event.seq() > self.saved.hooks_done[index] {
                 match source {
                     Source::Luxid => notify_queue(event, &mut feed),
                     Source::Wconfd => notify_locks(event, &mut feed),

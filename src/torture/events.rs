@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use super::Shared;
 use crate::client::{Client, Daemon};
-use crate::events::Event;
+use crate::events::{Event, EventLine};
 use crate::jobs::{PathStep, Status};
 
 /// Where the hook leaves one file per event it ran for.
@@ -167,7 +167,7 @@ fn all_events(shared: &Shared, daemon: Daemon) -> Result<Vec<Event>, String> {
     let (events, _) = client
         .events_after(0, None)
         .map_err(|error| format!("{}'s events: {error}", daemon.name()))?;
-    Ok(events)
+    events.iter().map(EventLine::decode).collect()
 }
 
 /// The checks at the end (every job final, the daemons up): the

@@ -30,6 +30,14 @@ use crate::workers::Transition;
 /// Events kept in memory for held watches.
 const MEMORY_EVENTS: usize = 16_384;
 
+/// The files are written when this many events wait (well below
+/// [`MEMORY_EVENTS`]: what is not yet written is always in memory) ...
+const FILE_WRITE_BATCH: usize = 1_024;
+
+/// ... or when the oldest waiting is this old (a quiet wconfd's loop wakes
+/// for its death checks, which see to it).
+const FILE_WRITE_DELAY_SECS: u64 = 1;
+
 /// How a grant came: a plain request, a waiting one, or `awaitLocks`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Via {
@@ -51,9 +59,9 @@ impl Via {
 pub struct WconfdEvents {
     log: EventLog,
     watches: Watches<Token>,
-    /// Pending events already in a record of the turn (with their
-    /// operation).
-    recorded: usize,
+    /// The last event already in a journal record (with its operation, or
+    /// in one of its own); those after it go into the next.
+    recorded_through: u64,
     /// Set once a write of the files failed, until one succeeds.
     write_failing: bool,
 }
@@ -120,9 +128,10 @@ impl WconfdEvents {
             tracing::info!(added, "events the journal held and the sequence lacked");
         }
         Ok(WconfdEvents {
+            // What the journal held is in the files now (catch_up).
+            recorded_through: log.last_seq(),
             log,
             watches: Watches::default(),
-            recorded: 0,
             write_failing: false,
         })
     }
@@ -241,26 +250,37 @@ impl WconfdEvents {
     /// The events made since the last call, for the record of the
     /// operation that made them.
     pub fn unrecorded(&mut self) -> impl Iterator<Item = &[u8]> {
-        let from = self.recorded;
-        self.recorded = self.log.pending_count();
-        self.log.pending_lines(from)
+        let from = self.recorded_through;
+        self.recorded_through = self.log.last_seq();
+        self.log.pending_after(from)
     }
 
     /// Before the journal write: events of no operation get a record of
     /// their own.
     pub fn record_rest(&mut self, store: &mut LockStore) {
-        if self.recorded < self.log.pending_count() {
+        if self.recorded_through < self.log.last_seq() {
             store.record_events(self.unrecorded());
         }
     }
 
     /// After the journal write: the events are durable (in the journal),
-    /// so readable, and written to the files through the page cache. A
-    /// write of the files that fails (a full disk) loses nothing: the
-    /// events stay pending and in memory, and are written with the next
-    /// turn's.
+    /// so readable. They are written to the files through the page cache
+    /// in batches ([`FILE_WRITE_BATCH`] events, or the oldest waiting
+    /// [`FILE_WRITE_DELAY_SECS`]): a write a turn cost the lock path a
+    /// syscall per turn. The journal holds what is not yet written (a
+    /// start appends it, a snapshot first writes it). A write of the files
+    /// that fails (a full disk) loses nothing: the events stay pending and
+    /// in memory, and are written with a later turn's.
     pub fn written(&mut self) {
-        self.recorded = 0;
+        self.log.mark_all_durable();
+        let due = self.log.pending_count() >= FILE_WRITE_BATCH
+            || self
+                .log
+                .oldest_pending_ts()
+                .is_some_and(|ts| ts.0.saturating_add(FILE_WRITE_DELAY_SECS) <= Timestamp::now().0);
+        if !due {
+            return;
+        }
         let result = self.log.write_pending();
         match (&result, self.write_failing) {
             (Err(error), false) => {
@@ -270,8 +290,14 @@ impl WconfdEvents {
             _ => {}
         }
         self.write_failing = result.is_err();
-        self.log.mark_all_durable();
-        self.recorded = self.log.pending_count();
+    }
+
+    /// At a clean stop: every event in the files and synced, so a start
+    /// has nothing to append (it would from the journal otherwise).
+    pub fn stop(&mut self) {
+        if let Err(error) = self.log.write_pending().and_then(|()| self.log.sync()) {
+            tracing::warn!(%error, "cannot write the event files at the stop; the journal holds the events");
+        }
     }
 
     /// Before a snapshot cuts the journal: every event in the files and

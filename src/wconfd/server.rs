@@ -261,6 +261,7 @@ impl Server {
         }
         // Every turn commits, so normally nothing is left.
         self.state.commit()?;
+        self.state.events.stop();
         self.connections.remove_socket();
         tracing::info!("wconfd stopped");
         Ok(())

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::*;
+use crate::events::Event;
 use crate::jobs::Timestamp;
 
 /// Longest any test waits for its hooks.
@@ -142,8 +143,8 @@ fn stdin_environment_and_output_are_delivered() {
     );
     let finished = event(7, "job.finished");
     let granted = event(3, "lock.granted");
-    hooks.offer(Source::Luxid, &finished);
-    hooks.offer(Source::Wconfd, &granted);
+    hooks.offer(Source::Luxid, &finished.line());
+    hooks.offer(Source::Wconfd, &granted.line());
     assert_eq!(hooks.pending(), 2);
     let outcomes = run_until_idle(&mut hooks);
 
@@ -202,7 +203,7 @@ fn at_most_four_run_at_once() {
     );
     let events = 10;
     for seq in 1..=events {
-        hooks.offer(Source::Luxid, &event(seq, "job.status"));
+        hooks.offer(Source::Luxid, &event(seq, "job.status").line());
     }
     assert!(hooks.poll(Instant::now()).is_empty());
     assert_eq!(hooks.running(), HOOKS_RUNNING_MAX);
@@ -244,7 +245,7 @@ fn a_timeout_kills_the_hook_and_its_children() {
         timeout,
         Duration::from_millis(10),
     );
-    hooks.offer(Source::Luxid, &event(1, "job.submitted"));
+    hooks.offer(Source::Luxid, &event(1, "job.submitted").line());
     let started = Instant::now();
     let outcomes = run_until_idle(&mut hooks);
     assert!(started.elapsed() >= timeout * 4);
@@ -282,7 +283,7 @@ fn processes_left_behind_by_a_hook_are_killed_when_it_exits() {
         LONG,
         Duration::ZERO,
     );
-    hooks.offer(Source::Luxid, &event(1, "job.submitted"));
+    hooks.offer(Source::Luxid, &event(1, "job.submitted").line());
     let outcomes = run_until_idle(&mut hooks);
     assert_eq!(outcomes.len(), 1);
     assert_eq!(outcomes[0].result, HookResult::Succeeded);
@@ -295,7 +296,7 @@ fn failures_are_retried_with_doubling_pauses_then_given_up() {
     let script = r#"date +%s%N >> "$0/attempts"; echo nope >&2; exit 3"#;
     let pause = Duration::from_millis(100);
     let mut hooks = hooks(&[("job.", sh(script, dir.path(), &[]))], LONG, pause);
-    hooks.offer(Source::Luxid, &event(4, "job.finished"));
+    hooks.offer(Source::Luxid, &event(4, "job.finished").line());
     let outcomes = poll_until(&mut hooks, |hooks, outcomes| {
         // The run is unfinished until it is given up.
         let given_up = outcomes
@@ -344,7 +345,7 @@ fn a_hook_that_cannot_start_is_retried_then_given_up() {
         LONG,
         Duration::ZERO,
     );
-    hooks.offer(Source::Luxid, &event(1, "job.finished"));
+    hooks.offer(Source::Luxid, &event(1, "job.finished").line());
     let outcomes = run_until_idle(&mut hooks);
     assert_eq!(outcomes.len(), 4, "{outcomes:#?}");
     assert!(
@@ -374,12 +375,12 @@ fn done_through_stays_behind_a_running_hook() {
     );
     assert_eq!(hooks.done_through(Source::Luxid), 0);
     fs::write(dir.path().join("go.3"), "").expect("go.3");
-    hooks.offer(Source::Luxid, &event(1, "job.submitted"));
-    hooks.offer(Source::Luxid, &event(2, "queue.drain"));
-    hooks.offer(Source::Luxid, &event(3, "job.status"));
+    hooks.offer(Source::Luxid, &event(1, "job.submitted").line());
+    hooks.offer(Source::Luxid, &event(2, "queue.drain").line());
+    hooks.offer(Source::Luxid, &event(3, "job.status").line());
     // An event no hook wants is done at once, and the other source's
     // position is its own.
-    hooks.offer(Source::Wconfd, &event(5, "lock.granted"));
+    hooks.offer(Source::Wconfd, &event(5, "lock.granted").line());
     assert_eq!(hooks.done_through(Source::Wconfd), 5);
     assert_eq!(hooks.done_through(Source::Luxid), 0);
 
@@ -389,7 +390,7 @@ fn done_through_stays_behind_a_running_hook() {
     assert_eq!(hooks.pending(), 1);
     assert_eq!(hooks.done_through(Source::Luxid), 0);
 
-    hooks.offer(Source::Luxid, &event(4, "queue.drain"));
+    hooks.offer(Source::Luxid, &event(4, "queue.drain").line());
     assert_eq!(hooks.done_through(Source::Luxid), 0);
     fs::write(dir.path().join("go.1"), "").expect("go.1");
     let outcomes = run_until_idle(&mut hooks);
@@ -422,7 +423,7 @@ fn hooks_match_by_type_prefix() {
         "worker.idle",
     ];
     for (seq, kind) in (1..).zip(kinds) {
-        hooks.offer(Source::Luxid, &event(seq, kind));
+        hooks.offer(Source::Luxid, &event(seq, kind).line());
     }
     let outcomes = run_until_idle(&mut hooks);
     assert!(outcomes.iter().all(|o| o.result == HookResult::Succeeded));
@@ -470,7 +471,7 @@ fn an_event_matching_two_hooks_runs_both() {
         Duration::ZERO,
     );
     let finished = event(1, "job.finished");
-    hooks.offer(Source::Luxid, &finished);
+    hooks.offer(Source::Luxid, &finished.line());
     assert_eq!(hooks.pending(), 2);
     let outcomes = poll_until(&mut hooks, |_, outcomes| !outcomes.is_empty());
     assert_eq!(outcomes.len(), 1);
@@ -503,7 +504,7 @@ fn stop_kills_the_running_hooks_and_forgets_the_rest() {
     );
     fs::write(dir.path().join("hold"), "").expect("hold");
     for seq in 1..=6 {
-        hooks.offer(Source::Luxid, &event(seq, "job.status"));
+        hooks.offer(Source::Luxid, &event(seq, "job.status").line());
     }
     let started: Vec<u64> = (1..=6).collect();
     poll_until(&mut hooks, |_, _| {
@@ -523,7 +524,7 @@ fn stop_kills_the_running_hooks_and_forgets_the_rest() {
     // Read again from the durable position: every event runs.
     fs::remove_file(dir.path().join("hold")).expect("hold");
     for &seq in &started {
-        hooks.offer(Source::Luxid, &event(seq, "job.status"));
+        hooks.offer(Source::Luxid, &event(seq, "job.status").line());
     }
     let outcomes = run_until_idle(&mut hooks);
     assert_eq!(outcomes.len(), 6);
@@ -540,9 +541,9 @@ fn an_event_offered_again_is_ignored() {
         LONG,
         Duration::ZERO,
     );
-    hooks.offer(Source::Luxid, &event(5, "job.status"));
-    hooks.offer(Source::Luxid, &event(5, "job.status"));
-    hooks.offer(Source::Luxid, &event(3, "job.status"));
+    hooks.offer(Source::Luxid, &event(5, "job.status").line());
+    hooks.offer(Source::Luxid, &event(5, "job.status").line());
+    hooks.offer(Source::Luxid, &event(3, "job.status").line());
     assert_eq!(hooks.pending(), 1);
     hooks.check_invariants();
     let outcomes = run_until_idle(&mut hooks);
@@ -559,10 +560,10 @@ fn past_the_pending_bound_there_is_no_room() {
     );
     let bound = u64::try_from(HOOK_RUNS_PENDING_MAX).expect("fits");
     for seq in 1..bound {
-        hooks.offer(Source::Luxid, &event(seq, "job.status"));
+        hooks.offer(Source::Luxid, &event(seq, "job.status").line());
     }
     assert!(hooks.has_room());
-    hooks.offer(Source::Luxid, &event(bound, "job.status"));
+    hooks.offer(Source::Luxid, &event(bound, "job.status").line());
     assert_eq!(hooks.pending(), HOOK_RUNS_PENDING_MAX);
     assert!(!hooks.has_room());
     hooks.check_invariants();
@@ -583,7 +584,7 @@ fn a_hook_that_does_not_read_stdin_never_blocks_the_caller() {
         LONG,
         Duration::ZERO,
     );
-    hooks.offer(Source::Luxid, &big);
+    hooks.offer(Source::Luxid, &big.line());
     let deadline = Instant::now() + DEADLINE;
     let mut slowest = Duration::ZERO;
     let mut outcomes = Vec::new();
@@ -613,7 +614,7 @@ fn a_large_event_reaches_a_hook_whole() {
         LONG,
         Duration::ZERO,
     );
-    hooks.offer(Source::Luxid, &big);
+    hooks.offer(Source::Luxid, &big.line());
     let before = Instant::now();
     assert!(hooks.poll(Instant::now()).is_empty());
     // A blocking write would have waited for the hook's two seconds.
@@ -641,7 +642,7 @@ fn output_is_drained_and_its_tail_kept() {
         Duration::from_secs(10),
         Duration::ZERO,
     );
-    hooks.offer(Source::Luxid, &event(1, "job.finished"));
+    hooks.offer(Source::Luxid, &event(1, "job.finished").line());
     let outcomes = run_until_idle(&mut hooks);
     assert_eq!(outcomes.len(), 1);
     let outcome = &outcomes[0];

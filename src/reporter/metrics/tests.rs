@@ -5,6 +5,7 @@ use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
 use serde_json::{Value, json};
 
 use super::*;
+use crate::events::Event;
 
 fn ts(at: f64) -> Timestamp {
     let us = (at * 1e6).round() as u64;
@@ -41,7 +42,7 @@ impl Feed {
             kind: kind.to_owned(),
             fields,
         };
-        self.metrics.apply(source, &event);
+        self.metrics.apply(source, &event.line());
         self.metrics.check_invariants();
     }
 
@@ -1582,4 +1583,34 @@ fn the_gauges_follow_a_naive_model() {
     if let Err(error) = result {
         panic!("{error}");
     }
+}
+
+#[test]
+fn grants_and_releases_read_escaped_names_and_extra_parts() {
+    let mut feed = Feed::new();
+    // Escapes make the parser hand over owned text, not borrowed.
+    let owner = "job \"7\"\n";
+    feed.grant(1.0, owner, &[("node/n\u{e9}\\1", "exclusive")], "waiting");
+    feed.wconfd(
+        1.0,
+        "lock.granted",
+        json!({"owner": owner, "entries": [["node/n2", "shared", "extra"]],
+               "via": 5, "more": {"a": [1]}}),
+    );
+    let json = feed.json(2.0);
+    assert_eq!(gauge(&json, &["locks_held", "node", "exclusive"]), 1);
+    assert_eq!(gauge(&json, &["locks_held", "node", "shared"]), 1);
+    assert_eq!(
+        counter(&json, &["lock_grants_total"]),
+        &json!({"direct": 0, "waiting": 1, "await": 0})
+    );
+    feed.release(
+        3.0,
+        owner,
+        &[("node/n\u{e9}\\1", "exclusive"), ("node/n2", "shared")],
+    );
+    let json = feed.json(3.0);
+    assert_eq!(gauge(&json, &["locks_held", "node", "exclusive"]), 0);
+    assert_eq!(gauge(&json, &["locks_held", "node", "shared"]), 0);
+    assert!(feed.metrics.owners.is_empty());
 }
