@@ -121,42 +121,65 @@ pub fn events(root: &Path, output: &Output, args: &EventsArgs) -> CliResult {
         std::thread::spawn(move || follow(daemon, client, next, &types, &sender));
     }
     drop(sender);
-    // Held until due, in (due, daemon, seq) order: the due time is the
-    // event's time (or when it came, if earlier) + FOLLOW_REORDER.
-    let mut held: BTreeMap<(Timestamp, &'static str, u64), (Daemon, EventLine)> = BTreeMap::new();
+    let mut merge = FollowMerge::default();
     loop {
         let now = Timestamp::now();
-        while let Some(entry) = held.first_entry()
-            && entry.key().0 <= now
-        {
-            let (daemon, event) = entry.remove();
+        for (daemon, event) in merge.take_due(now) {
             print_event(output, daemon, &event);
         }
-        let message = match held.first_key_value() {
-            Some((first, _)) => {
-                receiver.recv_timeout(seconds(first.0).saturating_sub(seconds(now)))
-            }
+        let message = match merge.next_due() {
+            Some(due) => receiver.recv_timeout(seconds(due).saturating_sub(seconds(now))),
             None => receiver.recv().map_err(|_| RecvTimeoutError::Disconnected),
         };
-        match message {
+        let end = match message {
             Ok(Ok((daemon, event))) => {
-                let due = plus(event.ts().min(Timestamp::now()), FOLLOW_REORDER);
-                held.insert((due, daemon.name(), event.seq()), (daemon, event));
+                merge.hold(daemon, event, Timestamp::now());
+                continue;
             }
-            Ok(Err(error)) => {
-                for (daemon, event) in held.into_values() {
-                    print_event(output, daemon, &event);
-                }
-                return Err(error);
-            }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => {
-                for (daemon, event) in held.into_values() {
-                    print_event(output, daemon, &event);
-                }
-                return Ok(());
-            }
+            Err(RecvTimeoutError::Timeout) => continue,
+            Ok(Err(error)) => Err(error),
+            Err(RecvTimeoutError::Disconnected) => Ok(()),
+        };
+        for (daemon, event) in merge.take_all() {
+            print_event(output, daemon, &event);
         }
+        return end;
+    }
+}
+
+/// The events `--follow` holds until they are due ([`FOLLOW_REORDER`]
+/// after their time, or after they came if their time is later), in
+/// (due, daemon, seq) order.
+#[derive(Default)]
+struct FollowMerge {
+    held: BTreeMap<(Timestamp, &'static str, u64), (Daemon, EventLine)>,
+}
+
+impl FollowMerge {
+    fn hold(&mut self, daemon: Daemon, event: EventLine, now: Timestamp) {
+        let due = plus(event.ts().min(now), FOLLOW_REORDER);
+        self.held
+            .insert((due, daemon.name(), event.seq()), (daemon, event));
+    }
+
+    fn next_due(&self) -> Option<Timestamp> {
+        self.held.first_key_value().map(|(key, _)| key.0)
+    }
+
+    /// The events due at `now`, in order.
+    fn take_due(&mut self, now: Timestamp) -> Vec<(Daemon, EventLine)> {
+        let mut due = Vec::new();
+        while let Some(entry) = self.held.first_entry()
+            && entry.key().0 <= now
+        {
+            due.push(entry.remove());
+        }
+        due
+    }
+
+    /// Every event held, in order (at the end).
+    fn take_all(&mut self) -> Vec<(Daemon, EventLine)> {
+        std::mem::take(&mut self.held).into_values().collect()
     }
 }
 
@@ -256,4 +279,43 @@ fn print_event(output: &Output, daemon: Daemon, line: &EventLine) {
         event.kind,
         fields.join(" ")
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(seq: u64, at_ms: u64) -> EventLine {
+        let ts = Timestamp(1_000 + at_ms / 1_000, (at_ms % 1_000) * 1_000);
+        EventLine::encode(seq, ts, "job.status", &serde_json::json!({}))
+    }
+
+    fn at(ms: u64) -> Timestamp {
+        Timestamp(1_000 + ms / 1_000, (ms % 1_000) * 1_000)
+    }
+
+    fn names(events: Vec<(Daemon, EventLine)>) -> Vec<String> {
+        events
+            .into_iter()
+            .map(|(daemon, event)| format!("{} {}", daemon.name(), event.seq()))
+            .collect()
+    }
+
+    #[test]
+    fn follow_prints_by_time_what_came_out_of_order() {
+        let mut merge = FollowMerge::default();
+        // wconfd's event of 50 ms comes at 60 ms, luxid's earlier one (40
+        // ms) only at 80 ms; a luxid event dated later than it came is due
+        // by when it came.
+        merge.hold(Daemon::Wconfd, event(7, 50), at(60));
+        merge.hold(Daemon::Luxid, event(3, 40), at(80));
+        merge.hold(Daemon::Luxid, event(4, 900), at(85));
+        assert!(merge.take_due(at(139)).is_empty());
+        assert_eq!(names(merge.take_due(at(150))), ["luxid 3", "wconfd 7"]);
+        assert_eq!(merge.next_due(), Some(at(185)));
+        assert_eq!(names(merge.take_due(at(185))), ["luxid 4"]);
+        merge.hold(Daemon::Wconfd, event(8, 200), at(201));
+        assert_eq!(names(merge.take_all()), ["wconfd 8"]);
+        assert_eq!(merge.next_due(), None);
+    }
 }
