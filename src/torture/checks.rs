@@ -245,7 +245,15 @@ pub fn after_wconfd_start(shared: &Shared) {
             let pending = call(WconfdRequest::HasPendingRequest {
                 owner: owner.owner(),
             });
-            if pending != Some(Value::Bool(true)) {
+            // Granted between the two calls (a blocker's death freed
+            // it, say): the listing has it now.
+            let granted_meanwhile = pending != Some(Value::Bool(true))
+                && call(WconfdRequest::ListLocks {
+                    owner: owner.owner(),
+                })
+                .map(|listed| parse_listing(&listed))
+                    == Some(granted_since);
+            if pending != Some(Value::Bool(true)) && !granted_meanwhile {
                 shared.violation(format!(
                     "after a wconfd start, lock client {index}'s owner {} lost its \
                      acknowledged pending request",
