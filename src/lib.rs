@@ -35,6 +35,7 @@ pub mod query;
 pub mod queue;
 pub mod reporter;
 pub mod runner;
+pub mod scheduling;
 pub mod settings;
 pub mod store;
 // The one module allowed `unsafe`, each use with its reason there.

@@ -49,7 +49,7 @@ pub enum Comparison {
 }
 
 impl Comparison {
-    fn holds(self, ordering: Ordering) -> bool {
+    pub fn holds(self, ordering: Ordering) -> bool {
         match self {
             Comparison::Eq => ordering == Ordering::Equal,
             Comparison::Lt => ordering == Ordering::Less,
