@@ -47,6 +47,10 @@ pub struct ExecArgs {
     /// --worker-group or --worker-cap]
     #[arg(long = "workers", value_name = "N")]
     worker_count: Option<u64>,
+    /// Run at most N jobs of bucket LABEL at once (Ganeti's ad-hoc rate
+    /// limit: a `rate-limit:N:LABEL` reason); repeatable
+    #[arg(long = "rate-limit", value_name = "N:LABEL")]
+    rate_limits: Vec<String>,
     /// Follow the job to its end, as `warden watch` (exit 0 only on success)
     #[arg(long)]
     watch: bool,
@@ -238,6 +242,27 @@ fn exec_opcode(args: &ExecArgs) -> CliResult<Value> {
     }
     if let Some(cwd) = &args.cwd {
         opcode.insert("cwd".to_owned(), json!(cwd));
+    }
+    if !args.rate_limits.is_empty() {
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos());
+        let reasons = args
+            .rate_limits
+            .iter()
+            .map(|limit| {
+                let text = format!("rate-limit:{limit}");
+                match crate::scheduling::rate_limit::Bucket::of_reason(&text) {
+                    Some(_) if limit.contains(':') => {
+                        Ok(json!(["warden:client:exec", text, now_ns]))
+                    }
+                    _ => Err(CliError::usage(format!(
+                        "--rate-limit {limit}: expected N:LABEL with N a positive integer"
+                    ))),
+                }
+            })
+            .collect::<CliResult<Vec<Value>>>()?;
+        opcode.insert("reason".to_owned(), Value::Array(reasons));
     }
     Ok(Value::Object(opcode))
 }

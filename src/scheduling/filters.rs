@@ -69,8 +69,17 @@ impl FilterRule {
 /// What the filters see of a job.
 pub trait FilteredJob {
     fn id(&self) -> u64;
-    /// Its opcodes as JSON objects (as submitted).
-    fn opcodes(&self) -> &[Value];
+    /// Its opcodes as JSON objects (as submitted, with their reasons).
+    fn opcodes(&self) -> impl Iterator<Item = &Value>;
+}
+
+impl FilteredJob for crate::jobs::Job {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn opcodes(&self) -> impl Iterator<Item = &Value> {
+        self.ops.iter().map(|op| &op.input)
+    }
 }
 
 /// A reason entry of an opcode: `[source, text, timestamp]`.
@@ -92,7 +101,6 @@ fn reasons(opcode: &Value) -> impl Iterator<Item = (&str, &str, i128)> {
 /// Every reason text of a job (for its rate-limit buckets).
 pub fn reason_texts(job: &impl FilteredJob) -> impl Iterator<Item = &str> {
     job.opcodes()
-        .iter()
         .flat_map(|opcode| reasons(opcode).map(|(_, text, _)| text))
 }
 
@@ -175,7 +183,7 @@ fn predicate_holds(predicate: &Predicate, job: &impl FilteredJob, watermark: u64
                 Literal::Text(_) => None,
             }
         }),
-        Predicate::Reason(filter) => job.opcodes().iter().any(|opcode| {
+        Predicate::Reason(filter) => job.opcodes().any(|opcode| {
             reasons(opcode).any(|(source, text, timestamp)| {
                 comparisons_hold(filter, &mut |field, literal| {
                     let value = match field {
@@ -188,10 +196,7 @@ fn predicate_holds(predicate: &Predicate, job: &impl FilteredJob, watermark: u64
                 })
             })
         }),
-        Predicate::OpCode(filter) => job
-            .opcodes()
-            .iter()
-            .any(|opcode| opcode_matches(filter, opcode)),
+        Predicate::OpCode(filter) => job.opcodes().any(|opcode| opcode_matches(filter, opcode)),
     }
 }
 

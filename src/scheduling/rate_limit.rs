@@ -43,7 +43,7 @@ impl Bucket {
 }
 
 /// The buckets of a job, from the reason texts of all its opcodes: each
-/// once.
+/// once (none, and no allocation, for a job with no rate limit).
 pub fn buckets_of<'a>(reasons: impl IntoIterator<Item = &'a str>) -> Vec<Bucket> {
     let mut buckets: Vec<Bucket> = reasons.into_iter().filter_map(Bucket::of_reason).collect();
     buckets.sort();

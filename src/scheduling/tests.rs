@@ -16,8 +16,8 @@ impl FilteredJob for Job {
     fn id(&self) -> u64 {
         self.id
     }
-    fn opcodes(&self) -> &[Value] {
-        &self.opcodes
+    fn opcodes(&self) -> impl Iterator<Item = &Value> {
+        self.opcodes.iter()
     }
 }
 

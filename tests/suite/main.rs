@@ -38,6 +38,7 @@ mod queue_reference;
 mod reference;
 mod reporter;
 mod runner;
+mod scheduling;
 mod storage_faults;
 mod sync_faults;
 mod torture;

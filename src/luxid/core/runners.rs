@@ -2,6 +2,8 @@
 //! time.
 
 use super::*;
+use crate::scheduling::filters::reason_texts;
+use crate::scheduling::rate_limit::{Occupancy, buckets_of};
 
 impl QueueCore {
     // ----- runners -----
@@ -423,18 +425,40 @@ impl QueueCore {
         }
     }
 
-    /// The queued jobs [`QueueCore::schedule`] would start now, in order.
+    /// The queued jobs [`QueueCore::schedule`] would start now, in order:
+    /// dependencies final, workers given, and room in every ad-hoc
+    /// rate-limit bucket the job is in (SCHEDULING.md), counting the jobs
+    /// running and those chosen before it.
     pub(super) fn startable(&self) -> Vec<JobId> {
-        let room = self
+        let mut room = self
             .config
             .max_running_jobs
             .saturating_sub(self.runners.len());
-        self.queued
-            .iter()
-            .map(|&(_, id)| id)
-            .filter(|id| self.dependencies_final(*id) && self.has_its_workers(*id))
-            .take(room)
-            .collect()
+        let mut buckets = Occupancy::default();
+        for job in self.runners.keys().filter_map(|id| self.jobs.get(id)) {
+            buckets.occupy(&buckets_of(reason_texts(job)));
+        }
+        let mut startable = Vec::new();
+        for &(_, id) in &self.queued {
+            if room == 0 {
+                break;
+            }
+            if !(self.dependencies_final(id) && self.has_its_workers(id)) {
+                continue;
+            }
+            let wanted = self
+                .jobs
+                .get(&id)
+                .map(|job| buckets_of(reason_texts(job)))
+                .unwrap_or_default();
+            if !buckets.has_room(&wanted) {
+                continue;
+            }
+            buckets.occupy(&wanted);
+            startable.push(id);
+            room -= 1;
+        }
+        startable
     }
 
     /// Whether every job the job depends on is final (archived and unknown
