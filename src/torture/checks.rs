@@ -46,6 +46,7 @@ use crate::liveness;
 use crate::locks::Mode;
 use crate::protocol::wconfd::WconfdRequest;
 use crate::queue;
+use crate::scheduling::rate_limit::{Bucket, buckets_of};
 
 use super::history::{self, Interval};
 use super::lock_clients::parse_listing;
@@ -673,6 +674,7 @@ pub fn final_checks(shared: &Shared, daemons: &mut Daemons, settle: Duration) {
     check_outcomes(shared, &rows);
     check_queue_files(shared);
     check_intervals(shared, &rows);
+    check_rate_limits(shared, &rows);
     check_holds(shared);
     match wconfd(shared) {
         Ok(mut client) => check_farm(shared, &mut client, "at the end"),
@@ -823,6 +825,50 @@ fn check_queue_files(shared: &Shared) {
 /// No two conflicting intervals overlap: the lock clients' and those of
 /// the jobs' successful opcodes (`[exec, end]`, inside the time the runner
 /// held the opcode's locks).
+/// No ad-hoc rate-limit bucket ever had more jobs running than its limit,
+/// by the jobs' own start and end times (within luxid's view of them as
+/// running, so never more than luxid let run).
+fn check_rate_limits(shared: &Shared, rows: &BTreeMap<u64, Value>) {
+    let mut edges: BTreeMap<Bucket, Vec<(u64, i64, u64)>> = BTreeMap::new();
+    for (id, row) in rows {
+        let (Some(start_us), Some(end_us)) = (timestamp_us(&row[5]), timestamp_us(&row[6])) else {
+            continue;
+        };
+        let ops = row[2].as_array().cloned().unwrap_or_default();
+        let reasons: Vec<&str> = ops
+            .iter()
+            .filter_map(|op| op["reason"].as_array())
+            .flatten()
+            .filter_map(|entry| entry[1].as_str())
+            .collect();
+        for bucket in buckets_of(reasons) {
+            let bucket_edges = edges.entry(bucket).or_default();
+            // At one instant an end comes before a start.
+            bucket_edges.push((start_us, 1, *id));
+            bucket_edges.push((end_us, -1, *id));
+        }
+    }
+    for (bucket, mut bucket_edges) in edges {
+        bucket_edges.sort_unstable_by_key(|&(at, step, id)| (at, step, id));
+        let mut running: Vec<u64> = Vec::new();
+        for (at, step, id) in bucket_edges {
+            if step < 0 {
+                running.retain(|&other| other != id);
+                continue;
+            }
+            running.push(id);
+            if running.len() as u64 > bucket.limit {
+                return shared.violation(format!(
+                    "rate-limit bucket {:?} (limit {}) had {} jobs running at {at} µs: {running:?}",
+                    bucket.name,
+                    bucket.limit,
+                    running.len()
+                ));
+            }
+        }
+    }
+}
+
 fn check_intervals(shared: &Shared, rows: &BTreeMap<u64, Value>) {
     let mut intervals = shared.intervals().clone();
     let mut from_jobs = 0u64;

@@ -6,7 +6,7 @@
 //! `OP_EXEC` of `true` or `sleep 0.0x`, `OP_TEST_DELAY`s, some taking the
 //! same `node/<n>` locks as the lock clients, some depending on earlier
 //! jobs, some of two opcodes, some asking for boards of the worker
-//! client's farm.
+//! client's farm, some in ad-hoc rate-limit buckets.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -490,6 +490,18 @@ fn job(rng: &mut Rng, shared: &Shared) -> (Value, Vec<u64>) {
 }
 
 fn opcode(rng: &mut Rng) -> Value {
+    let mut op = plain_opcode(rng);
+    // Some in ad-hoc rate-limit buckets, which the final checks hold to
+    // their limits.
+    match rng.below(10) {
+        0 => op["reason"] = json!([["torture", "rate-limit:2:torture", 0]]),
+        1 => op["reason"] = json!([["torture", "rate-limit:1:solo", 0]]),
+        _ => {}
+    }
+    op
+}
+
+fn plain_opcode(rng: &mut Rng) -> Value {
     let node = *rng.pick(&NODES);
     let sleep = format!("0.0{}", rng.between(1, 5));
     match rng.below(5) {
