@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo build --release --bins
-//! target/release/luxid-bench [throughput|latency|restart|events] [--runs N] [--quick] [--dir DIR]
+//! target/release/luxid-bench [throughput|latency|restart|events|scheduling] [--runs N] [--quick] [--dir DIR]
 //!     [--runner PATH] [--reporter]
 //! ```
 //!
@@ -53,6 +53,12 @@
 //!   sent [`WATCH_HOLD_PAUSE`] after its watch, which luxid has filed by
 //!   then; both connections are waited on with one epoll. Jobs run
 //!   meanwhile, as they would.
+//! - `scheduling`: in-process, no daemon: one pass of the filter rules'
+//!   decisions (`scheduling::filters::decide`) and of the ad-hoc rate
+//!   limits (`scheduling::rate_limit::fitting`) over a queue of queued
+//!   jobs, 100 rules (opcode, reason and jobid predicates, most matching
+//!   nothing, four of them `RATE_LIMIT`) and 10 buckets, beside 100
+//!   running jobs; the median pass of 20.
 //!
 //! `--reporter`: once wconfd and luxid answer, a `warden reporter`
 //! (beside this executable) is started on the root (its endpoint off:
@@ -95,7 +101,7 @@ use rayon::prelude::*;
 use serde_json::{Value, json};
 
 const USAGE: &str = "\
-usage: luxid-bench [throughput|latency|restart|events] [--runs N] [--quick] [--dir DIR]
+usage: luxid-bench [throughput|latency|restart|events|scheduling] [--runs N] [--quick] [--dir DIR]
                    [--runner PATH] [--reporter]
   --dir DIR      where the temporary roots go (default: the temp directory);
                  its file system's fsync cost bounds every submit
@@ -167,6 +173,7 @@ enum Scenario {
     Latency,
     Restart,
     Events,
+    Scheduling,
 }
 
 impl bench::Scenario for Scenario {
@@ -175,6 +182,7 @@ impl bench::Scenario for Scenario {
         Scenario::Latency,
         Scenario::Restart,
         Scenario::Events,
+        Scenario::Scheduling,
     ];
 
     fn name(self) -> &'static str {
@@ -183,6 +191,7 @@ impl bench::Scenario for Scenario {
             Scenario::Latency => "latency",
             Scenario::Restart => "restart",
             Scenario::Events => "events",
+            Scenario::Scheduling => "scheduling",
         }
     }
 }
@@ -194,6 +203,7 @@ impl Scenario {
             Scenario::Latency => latency(bench),
             Scenario::Restart => restart(bench),
             Scenario::Events => events(bench),
+            Scenario::Scheduling => Ok(scheduling(bench.sizes)),
         }
     }
 }
@@ -245,6 +255,8 @@ struct Sizes {
     restart_queries: usize,
     /// Watched submits of `events`.
     event_samples: usize,
+    /// Queued jobs of `scheduling`.
+    scheduled_jobs: usize,
 }
 
 impl Sizes {
@@ -254,6 +266,7 @@ impl Sizes {
         restart_jobs: 100_000,
         restart_queries: 1_000,
         event_samples: 500,
+        scheduled_jobs: 10_000,
     };
 
     /// A smoke run for CI: every code path and check, in a few seconds. Its
@@ -264,6 +277,7 @@ impl Sizes {
         restart_jobs: 1_000,
         restart_queries: 100,
         event_samples: 20,
+        scheduled_jobs: 500,
     };
 }
 
@@ -1232,6 +1246,13 @@ fn run_scenario(scenario: Scenario, bench: &Bench) -> Result<Report> {
 
 fn describe(scenario: Scenario, sizes: &Sizes) -> String {
     match scenario {
+        Scenario::Scheduling => format!(
+            "in-process: {} queued jobs (one opcode each, a third in one of 10 rate-limit \
+             buckets), 100 running,\n   {SCHEDULING_RULES} filter rules (opcode, reason and \
+             jobid predicates, 4 RATE_LIMIT); one pass of the rules'\n   decisions and one of \
+             the rate limits, median of {SCHEDULING_PASSES}",
+            sizes.scheduled_jobs
+        ),
         Scenario::Throughput => format!(
             "{THROUGHPUT_CLIENTS} clients (thread + connection each) submit {} jobs in all, \
              one SubmitJob at a time,\n   half OP_EXEC /bin/true, half OP_TEST_DELAY \
@@ -1311,4 +1332,144 @@ fn print_context(bench: &Bench) -> Result<()> {
     );
     print_mode(bench.quick, bench.runs);
     Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Scenario: scheduling
+
+const SCHEDULING_RULES: usize = 100;
+const SCHEDULING_PASSES: usize = 20;
+const SCHEDULING_RUNNING: usize = 100;
+const SCHEDULING_PASS_SECONDS_MAX: f64 = 10e-3;
+
+struct ScheduledJob {
+    id: u64,
+    opcodes: Vec<serde_json::Value>,
+}
+
+impl crate::scheduling::filters::FilteredJob for ScheduledJob {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn opcodes(&self) -> impl Iterator<Item = &serde_json::Value> {
+        self.opcodes.iter()
+    }
+}
+
+fn scheduling(sizes: &Sizes) -> Vec<Measure> {
+    use crate::scheduling::filters::{FilterRule, decide};
+    use crate::scheduling::rate_limit::{Bucket, Occupancy, buckets_of, fitting};
+    use crate::scheduling::{decode_rule, filters::reason_texts};
+
+    let job = |id: u64| {
+        let mut reasons = vec![json!([
+            "gnt:client",
+            format!("submitted by user {}", id % 7),
+            0
+        ])];
+        if id.is_multiple_of(3) {
+            reasons.push(json!([
+                "gnt:client",
+                format!("rate-limit:{}:bucket{}", 2 + id % 10, id % 10),
+                0
+            ]));
+        }
+        let op = if id.is_multiple_of(2) {
+            json!({"OP_ID": "OP_EXEC", "argv": ["/bin/true"], "reason": reasons})
+        } else {
+            json!({"OP_ID": "OP_TEST_DELAY", "duration": 0.1, "reason": reasons})
+        };
+        ScheduledJob {
+            id,
+            opcodes: vec![op],
+        }
+    };
+    let running: Vec<ScheduledJob> = (1..=SCHEDULING_RUNNING as u64).map(job).collect();
+    let first_queued = SCHEDULING_RUNNING as u64 + 1;
+    let queued: Vec<ScheduledJob> = (first_queued..first_queued + sizes.scheduled_jobs as u64)
+        .map(job)
+        .collect();
+    let rules: Vec<FilterRule> = (0..SCHEDULING_RULES)
+        .map(|index| {
+            let (predicates, action) = match index % 25 {
+                0 => (
+                    json!([["opcode", ["=", "OP_ID", "OP_EXEC"]]]),
+                    json!(["RATE_LIMIT", 50]),
+                ),
+                1..=8 => (
+                    json!([["reason", ["=", "reason", format!("no such reason {index}")]]]),
+                    json!("PAUSE"),
+                ),
+                9..=16 => (
+                    json!([[
+                        "opcode",
+                        [
+                            "&",
+                            ["=", "OP_ID", "OP_TEST_DELAY"],
+                            [">", "duration", 1000 + index]
+                        ]
+                    ]]),
+                    json!("REJECT"),
+                ),
+                _ => (
+                    json!([["jobid", ["<", "id", "watermark"]]]),
+                    json!("CONTINUE"),
+                ),
+            };
+            let parts = decode_rule(&json!(index % 10), &predicates, &action).expect("a good rule");
+            FilterRule {
+                uuid: format!("rule-{index:03}"),
+                watermark: first_queued,
+                priority: parts.priority,
+                predicates: parts.predicates,
+                action: parts.action,
+            }
+        })
+        .collect();
+    let running_refs: Vec<&ScheduledJob> = running.iter().collect();
+    let queued_refs: Vec<&ScheduledJob> = queued.iter().collect();
+    let mut filter_passes = Vec::with_capacity(SCHEDULING_PASSES);
+    let mut limit_passes = Vec::with_capacity(SCHEDULING_PASSES);
+    let mut let_through = 0;
+    for _ in 0..SCHEDULING_PASSES {
+        let started = Instant::now();
+        let decisions = decide(&rules, &running_refs, &queued_refs);
+        filter_passes.push(started.elapsed().as_secs_f64());
+        assert_eq!(decisions.len(), queued.len());
+        let started = Instant::now();
+        let mut occupancy = Occupancy::default();
+        for job in &running {
+            occupancy.occupy(&buckets_of(reason_texts(job)));
+        }
+        let wanted: Vec<Vec<Bucket>> = queued
+            .iter()
+            .map(|job| buckets_of(reason_texts(job)))
+            .collect();
+        let candidates: Vec<&[Bucket]> = wanted.iter().map(Vec::as_slice).collect();
+        let_through = fitting(&occupancy, &candidates).len();
+        limit_passes.push(started.elapsed().as_secs_f64());
+    }
+    assert!(
+        let_through > 0 && let_through < queued.len(),
+        "the buckets hold some back"
+    );
+    vec![
+        Measure::new(
+            "filter rules, one pass",
+            Unit::Seconds,
+            median(&mut filter_passes),
+        )
+        .with_target(Target::Below(SCHEDULING_PASS_SECONDS_MAX)),
+        Measure::new(
+            "rate limits, one pass",
+            Unit::Seconds,
+            median(&mut limit_passes),
+        )
+        .with_target(Target::Below(SCHEDULING_PASS_SECONDS_MAX)),
+    ]
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
