@@ -344,6 +344,11 @@ impl EventLog {
         self.last_seq
     }
 
+    /// Whether any segment file exists yet.
+    pub fn has_segments(&self) -> bool {
+        !self.segments.is_empty()
+    }
+
     /// Whether appended events wait to be written.
     pub fn has_pending(&self) -> bool {
         !self.pending.is_empty()

@@ -273,7 +273,10 @@ impl WconfdEvents {
     /// in memory, and are written with a later turn's.
     pub fn written(&mut self) {
         self.log.mark_all_durable();
+        // A fresh sequence gets its first segment (and the file it keeps
+        // open) with its first events, not a batch later.
         let due = self.log.pending_count() >= FILE_WRITE_BATCH
+            || (self.log.has_pending() && !self.log.has_segments())
             || self
                 .log
                 .oldest_pending_ts()
