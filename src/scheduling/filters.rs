@@ -22,7 +22,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::query::filter::{Datum, Filter, Literal};
+use crate::protocol::query::datum;
+use crate::query::filter::{Filter, Literal};
 
 /// What a rule does to the jobs it applies to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -249,28 +250,6 @@ fn comparisons_hold(
 fn at_path<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
     path.split('.')
         .try_fold(value, |value, key| value.as_object()?.get(key))
-}
-
-fn datum(value: &Value) -> Datum {
-    match value {
-        Value::Null => Datum::Null,
-        Value::Bool(value) => Datum::Bool(*value),
-        Value::Number(number) => match number.as_i64() {
-            Some(integer) => Datum::Integer(i128::from(integer)),
-            None => match number.as_u64() {
-                Some(integer) => Datum::Integer(i128::from(integer)),
-                None => Datum::Float(number.as_f64().unwrap_or(f64::NAN)),
-            },
-        },
-        Value::String(text) => Datum::Text(text.clone()),
-        Value::Array(items) => Datum::List(items.iter().map(datum).collect()),
-        Value::Object(members) => Datum::Map(
-            members
-                .iter()
-                .map(|(key, value)| (key.clone(), datum(value)))
-                .collect(),
-        ),
-    }
 }
 
 fn opcode_matches(filter: &Filter<String>, opcode: &Value) -> bool {
