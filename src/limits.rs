@@ -124,6 +124,10 @@ pub const QUERY_FIELDS_MAX: usize = 1_000;
 /// second behind the largest one.
 pub const SUBMIT_MANY_JOBS_MAX: usize = 1_000;
 
+/// The most job filter rules luxid keeps: every rule is tried on every
+/// job when the rules change, and each job once when it is submitted.
+pub const FILTER_RULES_MAX: usize = 1_000;
+
 /// `[luxid] queue_jobs_max`: jobs not yet archived; each is a file in
 /// `queue/` and an entry in luxid's memory, and a queue this long already
 /// means jobs are submitted far faster than they run.

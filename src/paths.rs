@@ -45,6 +45,8 @@ pub const VERSION_FILE: &str = "version";
 pub const QUEUE_LOCK_FILE: &str = "lock";
 /// Under [`QUEUE_DIR`]: present while the queue is drained.
 pub const DRAIN_FILE: &str = "drain";
+/// Under [`QUEUE_DIR`]: the job filter rules (absent: none).
+pub const FILTERS_FILE: &str = "filters.json";
 /// Under [`QUEUE_DIR`]: archived jobs.
 pub const ARCHIVE_DIR: &str = "archive";
 

@@ -21,8 +21,9 @@ use rayon::prelude::*;
 use crate::jobs::{Job, JobId, Status, Timestamp};
 use crate::limits::{QUEUE_LOCK_RETRY_PAUSE, QUEUE_LOCK_WAIT, STALE_TEMP_AGE_MIN};
 use crate::paths::{
-    ARCHIVE_DIR, DRAIN_FILE, QUEUE_DIR, QUEUE_LOCK_FILE, SERIAL_FILE, VERSION_FILE,
+    ARCHIVE_DIR, DRAIN_FILE, FILTERS_FILE, QUEUE_DIR, QUEUE_LOCK_FILE, SERIAL_FILE, VERSION_FILE,
 };
+use crate::scheduling::filters::FilterRule;
 use crate::store::{StoreError, atomic_write, sync_dir};
 
 /// The queue format this code reads and writes.
@@ -591,6 +592,62 @@ impl Queue {
             }
         }
     }
+}
+
+impl Queue {
+    /// The job filter rules (SCHEDULING.md); none if the file is absent.
+    /// A file that cannot be read whole, or a rule in it that luxid would
+    /// refuse from a client, is damaged: luxid does not start on it.
+    pub fn read_filters(&self) -> Result<Vec<FilterRule>, StoreError> {
+        let path = self.dir.join(FILTERS_FILE);
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(error) => return Err(StoreError::io(&path)(error)),
+        };
+        let value: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|error| StoreError::damaged(&path, format!("not JSON: {error}")))?;
+        let Some(rules) = value.get("rules").and_then(serde_json::Value::as_array) else {
+            return Err(StoreError::damaged(&path, "no list of \"rules\""));
+        };
+        rules
+            .iter()
+            .enumerate()
+            .map(|(index, rule)| {
+                decode_stored_rule(rule)
+                    .map_err(|what| StoreError::damaged(&path, format!("rule {index}: {what}")))
+            })
+            .collect()
+    }
+
+    /// Replaces the stored filter rules, atomically and durably.
+    pub fn write_filters(&self, rules: &[FilterRule]) -> io::Result<()> {
+        let rules: Vec<serde_json::Value> = rules.iter().map(FilterRule::to_json).collect();
+        let mut bytes =
+            serde_json::to_vec(&serde_json::json!({ "rules": rules })).map_err(io::Error::other)?;
+        bytes.push(b'\n');
+        atomic_write(&self.dir.join(FILTERS_FILE), &bytes)
+    }
+}
+
+/// A rule as [`FilterRule::to_json`] wrote it.
+fn decode_stored_rule(rule: &serde_json::Value) -> Result<FilterRule, String> {
+    let text = |name: &str| {
+        rule.get(name)
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+            .ok_or_else(|| format!("no text {name:?}"))
+    };
+    let uuid = text("uuid")?;
+    let watermark = rule
+        .get("watermark")
+        .and_then(serde_json::Value::as_u64)
+        .ok_or("no watermark")?;
+    let part = |name: &str| rule.get(name).ok_or_else(|| format!("no {name:?}"));
+    let parts =
+        crate::scheduling::decode_rule(part("priority")?, part("predicates")?, part("action")?)?;
+    let reason_trail = part("reason_trail")?.clone();
+    Ok(FilterRule::new(uuid, watermark, parts, reason_trail))
 }
 
 fn check_version(dir: &Path) -> Result<(), StoreError> {

@@ -73,6 +73,24 @@ pub fn peer_credentials<F: AsFd>(socket: &F) -> io::Result<PeerCredentials> {
 /// Open it while the process is known to exist (for a child: before reaping
 /// it); `ESRCH` means there is no such process. `pid` 0 and pids beyond
 /// `i32::MAX` are refused with `InvalidInput`.
+/// A random (version 4) UUID, from the kernel's random source.
+pub fn random_uuid() -> io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+    Ok(format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    ))
+}
+
 pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     let raw = i32::try_from(pid).map_err(|_| invalid_pid(pid))?;
     let pid = rustix::process::Pid::from_raw(raw).ok_or_else(|| invalid_pid(0))?;

@@ -1417,13 +1417,7 @@ fn scheduling(sizes: &Sizes) -> Vec<Measure> {
                 ),
             };
             let parts = decode_rule(&json!(index % 10), &predicates, &action).expect("a good rule");
-            FilterRule {
-                uuid: format!("rule-{index:03}"),
-                watermark: first_queued,
-                priority: parts.priority,
-                predicates: parts.predicates,
-                action: parts.action,
-            }
+            FilterRule::new(format!("rule-{index:03}"), first_queued, parts, json!([]))
         })
         .collect();
     let running_refs: Vec<&ScheduledJob> = running.iter().collect();

@@ -200,6 +200,7 @@ impl Server {
         let (events, said) =
             events::LuxidEvents::open(root, &settings, poll.registry(), EVENTS_SYNCED)?;
         let (mut restored, watched) = restored(&queue, &livelock_dir, jobs, finished);
+        restored.filter_rules = queue.read_filters()?;
         restored.archived = archived_unfinished(&queue, &said, &restored);
         restored.events = said;
         let (core, effects) = QueueCore::new(config, restored, RandomState::new(), Instant::now());
@@ -464,18 +465,19 @@ impl Handler for Shell {
         // decodes it (Ganeti sends `null` for "every field").
         match request.method.as_str() {
             "Query" => {
-                return Reply::Now(crate::query::jobs::luxi_query(
+                return Reply::Now(crate::query::luxi_query(
                     &request.args,
                     &crate::query::jobs::QueueJobs {
                         unfinished: self.core.unfinished(),
                         finished: self.core.finished(),
                         queue: &self.queue,
                     },
+                    self.core.filter_rules(),
                     self.settings.luxid.frame_bytes_max,
                 ));
             }
             "QueryFields" => {
-                return Reply::Now(crate::query::jobs::luxi_query_fields(&request.args));
+                return Reply::Now(crate::query::luxi_query_fields(&request.args));
             }
             _ => {}
         }
@@ -684,6 +686,10 @@ impl Shell {
             Action::KillGroup { id: _, pid } => {
                 sys::send_signal_to_group(pid, Signal::SIGKILL).map_err(|error| error.to_string())
             }
+            Action::WriteFilters(rules) => self.queue.write_filters(&rules).map_err(|error| {
+                tracing::error!(%error, "cannot write the filter rules");
+                error.to_string()
+            }),
         }
     }
 

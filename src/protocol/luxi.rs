@@ -23,6 +23,7 @@ use crate::limits::{QUERY_FIELDS_MAX, SUBMIT_MANY_JOBS_MAX, WAIT_FOR_CHANGE_SECO
 use crate::text::shortened;
 
 use super::events::WatchEvents;
+use crate::scheduling::{RuleParts, decode_rule};
 
 /// Every LUXI method luxid serves.
 #[derive(Clone, Debug, PartialEq)]
@@ -96,6 +97,22 @@ pub enum LuxiRequest {
     /// luxid's event sequence (extension, EVENTS.md): held until events
     /// after the position arrive or the timeout passes.
     WatchEvents(WatchEvents),
+    /// Adds a job filter rule (`uuid` `None`: a new one) or replaces one;
+    /// answered with its uuid. `reason`: `[source, text, timestamp]`
+    /// entries.
+    ReplaceFilter {
+        uuid: Option<String>,
+        rule: RuleParts,
+        reason: Vec<Value>,
+    },
+    DeleteFilter {
+        uuid: String,
+    },
+    /// Rows of `fields` for the rules of `uuids` (`None`: every rule).
+    QueryFilters {
+        uuids: Option<Vec<String>>,
+        fields: Vec<String>,
+    },
 }
 
 impl LuxiRequest {
@@ -232,6 +249,40 @@ impl LuxiRequest {
                     fields: strings(&args, 1)?,
                 }
             }
+            "ReplaceFilter" => {
+                let args = arity(5)?;
+                let uuid = match args.get(0) {
+                    Value::Null => None,
+                    _ => Some(filter_uuid(&args, 0)?),
+                };
+                let rule = decode_rule(args.get(1), args.get(2), args.get(3)).map_err(prereq)?;
+                let reason = args.list(4)?;
+                if let Some(bad) = reason.iter().find(|entry| !is_reason_entry(entry)) {
+                    return Err(prereq(format!(
+                        "reason: {} is not [source, text, timestamp]",
+                        shortened(&bad.to_string())
+                    )));
+                }
+                ReplaceFilter {
+                    uuid,
+                    rule,
+                    reason: reason.to_vec(),
+                }
+            }
+            "DeleteFilter" => DeleteFilter {
+                uuid: filter_uuid(&arity(1)?, 0)?,
+            },
+            "QueryFilters" => {
+                let args = arity(2)?;
+                let uuids = match args.get(0) {
+                    Value::Null => None,
+                    _ => Some(strings(&args, 0)?),
+                };
+                QueryFilters {
+                    uuids,
+                    fields: strings(&args, 1)?,
+                }
+            }
             other => {
                 return Err(WireError::generic(format!(
                     "unknown method '{}'",
@@ -260,6 +311,9 @@ impl LuxiRequest {
             Query { .. } => "Query",
             QueryFields { .. } => "QueryFields",
             WatchEvents(_) => "WatchEvents",
+            ReplaceFilter { .. } => "ReplaceFilter",
+            DeleteFilter { .. } => "DeleteFilter",
+            QueryFilters { .. } => "QueryFilters",
         }
     }
 
@@ -301,6 +355,15 @@ impl LuxiRequest {
             } => vec![json!(what), json!(fields), filter.clone()],
             QueryFields { what, fields } => vec![json!(what), json!(fields)],
             WatchEvents(watch) => watch.encode(),
+            ReplaceFilter { uuid, rule, reason } => vec![
+                json!(uuid),
+                json!(rule.priority),
+                rule.predicates_json.clone(),
+                rule.action.to_json(),
+                json!(reason),
+            ],
+            DeleteFilter { uuid } => vec![json!(uuid)],
+            QueryFilters { uuids, fields } => vec![json!(uuids), json!(fields)],
         };
         Request {
             method: self.method().to_owned(),
@@ -344,6 +407,32 @@ pub fn parse_job_id(value: &Value) -> Option<JobId> {
 /// `None` if there is no such field.
 pub fn job_field(name: &str) -> Option<&'static str> {
     FIELDS.iter().find(|known| **known == name).copied()
+}
+
+/// A filter rule's uuid: Ganeti's form, 8-4-4-4-12 hexadecimal digits.
+fn filter_uuid(args: &Args, index: usize) -> Result<String, WireError> {
+    let uuid = args.string(index)?;
+    let groups: Vec<&str> = uuid.split('-').collect();
+    let lengths: Vec<usize> = groups.iter().map(|group| group.len()).collect();
+    let hex = groups
+        .iter()
+        .all(|group| group.bytes().all(|byte| byte.is_ascii_hexdigit()));
+    if lengths == [8, 4, 4, 4, 12] && hex {
+        Ok(uuid.to_owned())
+    } else {
+        Err(WireError::generic(format!(
+            "Unable to parse UUID '{}'",
+            shortened(uuid)
+        )))
+    }
+}
+
+/// A reason trail entry: `[source, text, timestamp]`.
+fn is_reason_entry(entry: &Value) -> bool {
+    matches!(
+        entry.as_array().map(Vec::as_slice),
+        Some([Value::String(_), Value::String(_), Value::Number(timestamp)]) if timestamp.is_i64() || timestamp.is_u64()
+    )
 }
 
 fn job_id(args: &Args, index: usize) -> Result<JobId, WireError> {
@@ -449,6 +538,39 @@ mod tests {
             Ok(LuxiRequest::AutoArchiveJobs {
                 age: None,
                 timeout: Some(Duration::MAX),
+            })
+        );
+        let replace = decode(
+            "ReplaceFilter",
+            json!([
+                "0f4c8e9a-1b2c-4d3e-8f90-a1b2c3d4e5f6",
+                2,
+                [["jobid", [">", "id", "watermark"]]],
+                ["RATE_LIMIT", 3],
+                [["gnt:user", "why", 5]]
+            ]),
+        )
+        .expect("a good rule");
+        let LuxiRequest::ReplaceFilter { uuid, rule, reason } = &replace else {
+            panic!("decoded as {replace:?}");
+        };
+        assert_eq!(
+            uuid.as_deref(),
+            Some("0f4c8e9a-1b2c-4d3e-8f90-a1b2c3d4e5f6")
+        );
+        assert_eq!(rule.priority, 2);
+        assert_eq!(
+            rule.action,
+            crate::scheduling::filters::Action::RateLimit(3)
+        );
+        assert_eq!(reason, &vec![json!(["gnt:user", "why", 5])]);
+        let encoded = replace.encode();
+        assert_eq!(LuxiRequest::decode(&encoded), Ok(replace));
+        assert_eq!(
+            decode("QueryFilters", json!([null, ["uuid"]])),
+            Ok(LuxiRequest::QueryFilters {
+                uuids: None,
+                fields: vec!["uuid".to_owned()],
             })
         );
         assert_eq!(
@@ -577,6 +699,66 @@ mod tests {
                 json!([1, 0.5]),
                 "GenericError",
                 "ChangeJobPriority: argument 2 is not an integer",
+            ),
+            (
+                "ReplaceFilter",
+                json!([null, -1, [], "ACCEPT", []]),
+                "OpPrereqError",
+                "priority: -1 is not an integer of 0 or more",
+            ),
+            (
+                "ReplaceFilter",
+                json!([null, 0, [["nodeid", null]], "ACCEPT", []]),
+                "OpPrereqError",
+                "predicate 0: unknown kind \"nodeid\" (jobid, opcode or reason)",
+            ),
+            (
+                "ReplaceFilter",
+                json!([null, 0, [["opcode", ["~~", "OP_ID", "x"]]], "ACCEPT", []]),
+                "OpPrereqError",
+                "predicate 0: Unknown filter operand '~~'",
+            ),
+            (
+                "ReplaceFilter",
+                json!([null, 0, [["opcode", ["=~", "OP_ID", "("]]], "ACCEPT", []]),
+                "OpPrereqError",
+                "predicate 0: Invalid regular expression: regex parse error:\n    (\n    ^\nerror: unclosed group",
+            ),
+            (
+                "ReplaceFilter",
+                json!([null, 0, [], "DROP", []]),
+                "OpPrereqError",
+                "action: unknown action \"DROP\" (ACCEPT, PAUSE, REJECT, CONTINUE or [\"RATE_LIMIT\", n])",
+            ),
+            (
+                "ReplaceFilter",
+                json!([null, 0, [], ["RATE_LIMIT", 0], []]),
+                "OpPrereqError",
+                "action: RATE_LIMIT needs a positive integer, not 0",
+            ),
+            (
+                "ReplaceFilter",
+                json!([null, 0, [], "PAUSE", [["gnt:user", "why"]]]),
+                "OpPrereqError",
+                "reason: [\"gnt:user\",\"why\"] is not [source, text, timestamp]",
+            ),
+            (
+                "ReplaceFilter",
+                json!(["not-a-uuid", 0, [], "PAUSE", []]),
+                "GenericError",
+                "Unable to parse UUID 'not-a-uuid'",
+            ),
+            (
+                "DeleteFilter",
+                json!([7]),
+                "GenericError",
+                "DeleteFilter: argument 1 is not a string",
+            ),
+            (
+                "QueryFilters",
+                json!([null, "uuid"]),
+                "GenericError",
+                "QueryFilters: argument 2 is not a list",
             ),
             (
                 "SetDrainFlag",

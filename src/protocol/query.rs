@@ -17,46 +17,61 @@ use crate::query::filter::{Comparison, Datum, Filter, Literal, Pattern};
 use crate::query::jobs::{Answer, Cell, QueryError};
 use crate::text::shortened;
 
-/// The resources Ganeti's query knows; warden answers `job`.
+/// The resources Ganeti's query knows; warden answers `job` and `filter`.
 const GANETI_RESOURCES: [&str; 10] = [
     "cluster", "instance", "node", "group", "os", "export", "network", "lock", "job", "filter",
 ];
 
-/// A decoded `Query` of jobs.
+/// The resources warden's query answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resource {
+    Job,
+    /// The job filter rules.
+    Filter,
+}
+
+/// A decoded `Query`.
 #[derive(Debug)]
 pub struct QueryRequest {
+    pub resource: Resource,
     pub fields: Vec<String>,
     pub filter: Filter<String>,
 }
 
-/// `Query [what, fields, filter]`, for `what` = `"job"`.
+/// `Query [what, fields, filter]`, for `what` = `"job"` or `"filter"`.
 pub fn decode_query(args: &[Value]) -> Result<QueryRequest, WireError> {
     let args = Args::exactly("Query", args, 3)?;
-    resource(&args)?;
+    let resource = resource(&args)?;
     let fields = field_names(&args, 1)?;
     let filter = decode_filter(args.get(2))
         .map_err(|error| args.bad(2, format!("is not a valid filter: {error}")))?;
-    Ok(QueryRequest { fields, filter })
+    Ok(QueryRequest {
+        resource,
+        fields,
+        filter,
+    })
 }
 
-/// `QueryFields [what, fields or null]`, for `what` = `"job"`: the field
+/// `QueryFields [what, fields or null]`: the resource and the field
 /// names (none: every field).
-pub fn decode_query_fields(args: &[Value]) -> Result<Vec<String>, WireError> {
+pub fn decode_query_fields(args: &[Value]) -> Result<(Resource, Vec<String>), WireError> {
     let args = Args::exactly("QueryFields", args, 2)?;
-    resource(&args)?;
+    let resource = resource(&args)?;
     if args.get(1).is_null() {
-        return Ok(Vec::new());
+        return Ok((resource, Vec::new()));
     }
-    field_names(&args, 1)
+    Ok((resource, field_names(&args, 1)?))
 }
 
-fn resource(args: &Args) -> Result<(), WireError> {
+fn resource(args: &Args) -> Result<Resource, WireError> {
     let what = args.string(0)?;
     if what == "job" {
-        Ok(())
+        Ok(Resource::Job)
+    } else if what == "filter" {
+        Ok(Resource::Filter)
     } else if GANETI_RESOURCES.contains(&what) {
         Err(WireError::generic(format!(
-            "Query '{what}' not supported (warden answers 'job')"
+            "Query '{what}' not supported (warden answers 'job' and 'filter')"
         )))
     } else {
         Err(args.bad(0, format!("is no resource: '{}'", shortened(what))))
@@ -503,7 +518,7 @@ mod tests {
         );
         assert_eq!(
             bad(&[json!("node"), json!([]), json!(null)]).message(),
-            "Query 'node' not supported (warden answers 'job')"
+            "Query 'node' not supported (warden answers 'job' and 'filter')"
         );
         assert_eq!(
             bad(&[json!("nodes"), json!([]), json!(null)]).message(),
@@ -527,11 +542,11 @@ mod tests {
         );
         assert_eq!(
             decode_query_fields(&[json!("job"), json!(null)]).expect("valid"),
-            Vec::<String>::new()
+            (Resource::Job, Vec::<String>::new())
         );
         assert_eq!(
-            decode_query_fields(&[json!("job"), json!(["status"])]).expect("valid"),
-            ["status"]
+            decode_query_fields(&[json!("filter"), json!(["uuid"])]).expect("valid"),
+            (Resource::Filter, vec!["uuid".to_owned()])
         );
         assert!(decode_query_fields(&[json!("job"), json!("status")]).is_err());
     }

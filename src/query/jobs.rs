@@ -20,7 +20,6 @@ use serde_json::Value;
 use super::filter::{Datum, EvalError, Filter, Literal};
 use super::{FieldDef, FieldKind, ResultStatus};
 use crate::jobs::{FIELDS, Job, JobId};
-use crate::protocol::WireError;
 use crate::protocol::query as wire;
 use crate::queue::{FinishedJob, Queue};
 
@@ -383,25 +382,6 @@ fn filter_value(field: &JobField, id: JobId, job: Option<(&Job, bool)>) -> Optio
             .map(|secs| Datum::Integer(i128::from(secs))),
         Cell::Normal(value) => Some(wire::datum(&value)),
     }
-}
-
-/// `Query(["job", fields, filter])` for luxid: the request decoded, run
-/// against `source`, the answer encoded.
-pub fn luxi_query(
-    args: &[Value],
-    source: &impl JobSource,
-    answer_bytes_max: usize,
-) -> Result<Value, WireError> {
-    let request = wire::decode_query(args)?;
-    let answer = query(&request.fields, request.filter, source, answer_bytes_max)
-        .map_err(wire::query_error)?;
-    Ok(wire::encode_answer(&answer))
-}
-
-/// `QueryFields(["job", fields or null])` for luxid.
-pub fn luxi_query_fields(args: &[Value]) -> Result<Value, WireError> {
-    let fields = wire::decode_query_fields(args)?;
-    Ok(wire::encode_field_defs(&field_defs(&fields)))
 }
 
 // The job model knows this table's fields and QueryJobs' `workers`.

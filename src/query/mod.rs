@@ -1,14 +1,22 @@
 //! LUXI's generic `Query` and `QueryFields` (Ganeti's "query2"): the
 //! filter language ([`filter`], pure, shared with job filters), the shape
 //! of an answer (field definitions, result statuses) and the `job`
-//! resource ([`jobs`]: its fields and the query over luxid's queue).
+//! resource ([`jobs`]: its fields and the query over luxid's queue), and
+//! the `filter` resource ([`filters`]: the job filter rules).
 //! Decoding requests and filters from JSON and encoding answers is
 //! `protocol::query`'s.
 
 pub mod filter;
+pub mod filters;
 pub mod jobs;
 
 use std::borrow::Cow;
+
+use serde_json::Value;
+
+use crate::protocol::WireError;
+use crate::protocol::query as wire;
+use crate::scheduling::filters::FilterRule;
 
 /// The kind of a field (Ganeti's `QFT_*`), which tells clients how to
 /// format it.
@@ -87,4 +95,31 @@ impl FieldDef {
             doc: Cow::Owned(format!("Unknown field '{name}'")),
         }
     }
+}
+
+/// `Query([what, fields, filter])` for luxid: the request decoded, run
+/// against its jobs or its filter rules, the answer encoded.
+pub fn luxi_query(
+    args: &[Value],
+    jobs: &impl jobs::JobSource,
+    rules: &[FilterRule],
+    answer_bytes_max: usize,
+) -> Result<Value, WireError> {
+    let request = wire::decode_query(args)?;
+    let answer = match request.resource {
+        wire::Resource::Job => jobs::query(&request.fields, request.filter, jobs, answer_bytes_max),
+        wire::Resource::Filter => filters::query(&request.fields, request.filter, rules),
+    }
+    .map_err(wire::query_error)?;
+    Ok(wire::encode_answer(&answer))
+}
+
+/// `QueryFields([what, fields or null])` for luxid.
+pub fn luxi_query_fields(args: &[Value]) -> Result<Value, WireError> {
+    let (resource, fields) = wire::decode_query_fields(args)?;
+    let defs = match resource {
+        wire::Resource::Job => jobs::field_defs(&fields),
+        wire::Resource::Filter => filters::field_defs(&fields),
+    };
+    Ok(wire::encode_field_defs(&defs))
 }

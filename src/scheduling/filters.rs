@@ -43,6 +43,19 @@ pub enum Predicate {
     Reason(Filter<String>),
 }
 
+impl Action {
+    /// The action's wire form (`"PAUSE"`, `["RATE_LIMIT", n]`).
+    pub fn to_json(&self) -> Value {
+        match self {
+            Action::Accept => Value::from("ACCEPT"),
+            Action::Pause => Value::from("PAUSE"),
+            Action::Reject => Value::from("REJECT"),
+            Action::Continue => Value::from("CONTINUE"),
+            Action::RateLimit(limit) => serde_json::json!(["RATE_LIMIT", limit]),
+        }
+    }
+}
+
 /// One rule.
 #[derive(Clone, Debug)]
 pub struct FilterRule {
@@ -52,10 +65,52 @@ pub struct FilterRule {
     pub priority: u64,
     pub predicates: Vec<Predicate>,
     pub action: Action,
+    /// The predicates as the client sent them.
+    pub predicates_json: Value,
+    /// `[source, text, timestamp_ns]` entries: why the rule was made.
+    pub reason_trail: Value,
+}
+
+/// Rules are the same when their wire forms are.
+impl PartialEq for FilterRule {
+    fn eq(&self, other: &FilterRule) -> bool {
+        self.to_json() == other.to_json()
+    }
 }
 
 impl FilterRule {
-    fn order_key(&self) -> (u64, u64, &str) {
+    /// A rule of checked parts (see [`super::decode_rule`]).
+    pub fn new(
+        uuid: String,
+        watermark: u64,
+        parts: super::RuleParts,
+        reason_trail: Value,
+    ) -> FilterRule {
+        FilterRule {
+            uuid,
+            watermark,
+            priority: parts.priority,
+            predicates: parts.predicates,
+            action: parts.action,
+            predicates_json: parts.predicates_json,
+            reason_trail,
+        }
+    }
+
+    /// The rule in its wire form, as queries answer it and luxid stores it.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "uuid": self.uuid,
+            "watermark": self.watermark,
+            "priority": self.priority,
+            "predicates": self.predicates_json,
+            "action": self.action.to_json(),
+            "reason_trail": self.reason_trail,
+        })
+    }
+
+    /// The key rules apply in: `(priority, watermark, uuid)`.
+    pub fn order_key(&self) -> (u64, u64, &str) {
         (self.priority, self.watermark, &self.uuid)
     }
 
@@ -119,6 +174,13 @@ pub fn applying<'a>(ordered: &[&'a FilterRule], job: &impl FilteredJob) -> Optio
         .copied()
         .filter(|rule| rule.action != Action::Continue)
         .find(|rule| rule.matches(job))
+}
+
+/// The place, in `ordered` rules, of the applying rule of `job`.
+pub fn applying_index(ordered: &[FilterRule], job: &impl FilteredJob) -> Option<usize> {
+    ordered
+        .iter()
+        .position(|rule| rule.action != Action::Continue && rule.matches(job))
 }
 
 /// What the filters decide for a queued job.

@@ -25,6 +25,8 @@ use filters::{Action, Predicate};
 pub struct RuleParts {
     pub priority: u64,
     pub predicates: Vec<Predicate>,
+    /// The predicates as the client sent them: queries answer them so.
+    pub predicates_json: Value,
     pub action: Action,
 }
 
@@ -56,8 +58,18 @@ pub fn decode_rule(
     Ok(RuleParts {
         priority,
         predicates,
+        predicates_json: Value::Array(items.clone()),
         action,
     })
+}
+
+/// Parts are the same when their wire forms are (the predicates are
+/// decoded from theirs).
+impl PartialEq for RuleParts {
+    fn eq(&self, other: &RuleParts) -> bool {
+        (self.priority, &self.predicates_json, &self.action)
+            == (other.priority, &other.predicates_json, &other.action)
+    }
 }
 
 fn decode_predicate(value: &Value) -> Result<Predicate, String> {

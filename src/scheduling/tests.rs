@@ -34,13 +34,7 @@ fn delay(reason: &str) -> Value {
 
 fn rule(uuid: &str, watermark: u64, priority: u64, predicates: Value, action: Value) -> FilterRule {
     let parts = decode_rule(&json!(priority), &predicates, &action).expect("a good rule");
-    FilterRule {
-        uuid: uuid.to_owned(),
-        watermark,
-        priority: parts.priority,
-        predicates: parts.predicates,
-        action: parts.action,
-    }
+    FilterRule::new(uuid.to_owned(), watermark, parts, json!([]))
 }
 
 fn short(decisions: Vec<Decision>) -> Vec<String> {

@@ -14,7 +14,8 @@
 //! with SIGKILL loses its locks); against wconfd and luxid, `luxi_jobs.py`
 //! (`ganeti.luxi.Client` and `cli.PollJob`) and `gnt_job.py` (Ganeti's
 //! `gnt-job` command, every subcommand, in a fake Ganeti root whose query
-//! socket is luxid's).
+//! socket is luxid's) and `gnt_filter.py` (Ganeti's `gnt-filter`, every
+//! subcommand, with rules holding real jobs).
 //!
 //! Where the client is: `WARDEN_GANETI_PYTHONPATH` (CI sets it from
 //! setup.sh's output), else setup.sh's default cache directory
@@ -91,6 +92,16 @@ fn luxi_client_and_poll_job() {
 #[test]
 fn gnt_job_every_subcommand() {
     run_luxi_scenario("gnt_job.py");
+}
+
+/// Every subcommand of Ganeti's own `gnt-filter` against luxid, its rules
+/// pausing, accepting and rate-limiting real jobs.
+#[test]
+fn gnt_filter_every_subcommand() {
+    let cluster = Cluster::start_with_settings("[luxid]\nmax_running_jobs = 8\n");
+    run_scenario_on("gnt_filter.py", &[], &cluster.root().path(), &|| {
+        cluster.logs()
+    });
 }
 
 /// The PYTHONPATH holding Ganeti's `ganeti` package; fails the test with

@@ -224,7 +224,7 @@ fn bad_filters_are_refused_as_ganeti_refuses_them() {
         (class.as_str(), message.as_str()),
         (
             "GenericError",
-            "Query 'node' not supported (warden answers 'job')"
+            "Query 'node' not supported (warden answers 'job' and 'filter')"
         )
     );
     let (class, _) = client.fails("Query", json!(["job", "id", null]));

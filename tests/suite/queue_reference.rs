@@ -426,6 +426,8 @@ pub struct World {
     /// The archive's job files.
     archive: BTreeMap<JobId, Job>,
     drained: bool,
+    /// The stored filter rules.
+    filter_rules: Vec<warden::scheduling::filters::FilterRule>,
     disk_full: bool,
     /// Live runner processes, by job: their pid.
     processes: BTreeMap<JobId, u32>,
@@ -461,6 +463,7 @@ impl World {
             disk: BTreeMap::new(),
             archive: BTreeMap::new(),
             drained: false,
+            filter_rules: Vec::new(),
             disk_full: false,
             processes: BTreeMap::new(),
             next_pid: 1000,
@@ -743,6 +746,7 @@ impl World {
             drained: self.drained,
             events: said,
             archived,
+            filter_rules: self.filter_rules.clone(),
             ..Restored::default()
         };
         for job in self.disk.values() {
@@ -796,6 +800,10 @@ impl World {
             }
             Action::SetDrain(drained) => {
                 self.drained = drained;
+                Ok(())
+            }
+            Action::WriteFilters(rules) => {
+                self.filter_rules = rules;
                 Ok(())
             }
             Action::WritePriorityRequest { .. } => Ok(()),

@@ -33,6 +33,7 @@ use crate::liveness::job_livelock_name;
 use crate::queue::FinishedJob;
 
 mod events;
+mod filters;
 mod requests;
 mod runners;
 #[cfg(test)]
@@ -89,6 +90,8 @@ pub struct Restored {
     /// the queue has no more (archived after their end, which the
     /// sequence lost): their end is told before their archiving.
     pub archived: Vec<Job>,
+    /// The job filter rules.
+    pub filter_rules: Vec<crate::scheduling::filters::FilterRule>,
 }
 
 /// A signal luxid sends a runner, which the runner handles.
@@ -138,6 +141,17 @@ pub enum Command {
         log_serial: u64,
         timeout: Duration,
     },
+    /// Adds (`uuid` `None`: as `new_uuid`) or replaces a filter rule;
+    /// `reason_trail`: the client's reasons and luxid's.
+    ReplaceFilter {
+        uuid: Option<String>,
+        new_uuid: String,
+        rule: crate::scheduling::RuleParts,
+        reason_trail: Vec<Value>,
+    },
+    DeleteFilter {
+        uuid: String,
+    },
 }
 
 /// A typed answer; the shell encodes it.
@@ -159,6 +173,9 @@ pub enum Answer {
         values: Value,
         log: Vec<LogEntry>,
     },
+    /// The uuid of the rule added or replaced.
+    FilterReplaced(String),
+    FilterDeleted,
 }
 
 /// Why a request was refused; the shell words it on the wire.
@@ -275,6 +292,8 @@ pub enum Action {
         id: JobId,
         pid: u32,
     },
+    /// Replace the stored filter rules with these.
+    WriteFilters(Vec<crate::scheduling::filters::FilterRule>),
 }
 
 /// What the core asks of the shell.
@@ -486,6 +505,16 @@ enum Pending {
     Ended {
         job: Job,
     },
+    /// A queued job a `REJECT` rule canceled.
+    Rejected {
+        job: Job,
+    },
+    /// The filter rules of a `ReplaceFilter` or `DeleteFilter`.
+    Filters {
+        conn: Conn,
+        rules: Vec<crate::scheduling::filters::FilterRule>,
+        answer: Answer,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -543,6 +572,8 @@ pub struct QueueCore {
     ended: Vec<Effect>,
     /// What the event sequence has said of each job.
     events: JobEvents,
+    /// The filter rules, and each job's applying rule and buckets.
+    scheduling: filters::Scheduling,
 }
 
 /// Where a runner of `job` keeps its livelock: the recorded one, else the
@@ -612,6 +643,7 @@ impl QueueCore {
             prepare_of: BTreeMap::new(),
             ended: Vec::new(),
             events: restored.events,
+            scheduling: filters::Scheduling::default(),
         };
         let mut effects = Vec::new();
         core.reconcile_events(&restored.jobs, &restored.archived);
@@ -677,6 +709,12 @@ impl QueueCore {
         }
         for id in core.finished.keys() {
             core.serial = core.serial.max(*id);
+        }
+        core.scheduling
+            .set_rules(restored.filter_rules, std::iter::empty());
+        for job in core.jobs.values() {
+            let started = core.runners.contains_key(&job.id);
+            core.scheduling.classify(job, !started);
         }
         core.restored_runners = core.runners.len();
         let max_running = core.config.max_running_jobs;
@@ -897,6 +935,7 @@ impl QueueCore {
             self.new_jobs.retain(|&new| new != id);
             self.jobs.remove(&id);
             self.depends.remove(&id);
+            self.scheduling.forget(id);
             self.finished.insert(id, FinishedJob::new(&job));
         } else {
             self.jobs.insert(id, job);
@@ -1063,6 +1102,7 @@ impl QueueCore {
             self.prepare_jobs.len(),
             "the prepare indexes agree"
         );
+        self.scheduling.check_invariants(&self.jobs);
         for (id, of) in &self.prepare_of {
             assert_eq!(
                 self.prepare_jobs.get(of),

@@ -1,6 +1,8 @@
 //! The requests of [`QueueCore`] and the actions they wait for.
 
 use super::*;
+use crate::limits::FILTER_RULES_MAX;
+use crate::scheduling::filters::FilterRule;
 
 impl QueueCore {
     // ----- requests -----
@@ -107,6 +109,66 @@ impl QueueCore {
                 );
                 effects.push(Effect::Hold { conn, deadline });
             }
+            Command::ReplaceFilter {
+                uuid,
+                new_uuid,
+                rule,
+                reason_trail,
+            } => {
+                let uuid = uuid.unwrap_or(new_uuid);
+                let mut rules: Vec<FilterRule> = self
+                    .filter_rules()
+                    .iter()
+                    .filter(|known| known.uuid != uuid)
+                    .cloned()
+                    .collect();
+                if rules.len() >= FILTER_RULES_MAX {
+                    return reply(
+                        Err(Refusal::Prereq(format!(
+                            "there are {} filter rules, the most luxid keeps (delete some first)",
+                            rules.len()
+                        ))),
+                        effects,
+                    );
+                }
+                let watermark = self.serial;
+                rules.push(FilterRule::new(
+                    uuid.clone(),
+                    watermark,
+                    rule,
+                    Value::Array(reason_trail),
+                ));
+                let action = Action::WriteFilters(rules.clone());
+                let pending = Pending::Filters {
+                    conn,
+                    rules,
+                    answer: Answer::FilterReplaced(uuid),
+                };
+                self.ask(pending, action, effects);
+            }
+            Command::DeleteFilter { uuid } => {
+                if !self.filter_rules().iter().any(|known| known.uuid == uuid) {
+                    return reply(
+                        Err(Refusal::Failed(format!(
+                            "Filter rule with UUID {uuid} does not exist"
+                        ))),
+                        effects,
+                    );
+                }
+                let rules: Vec<FilterRule> = self
+                    .filter_rules()
+                    .iter()
+                    .filter(|known| known.uuid != uuid)
+                    .cloned()
+                    .collect();
+                let action = Action::WriteFilters(rules.clone());
+                let pending = Pending::Filters {
+                    conn,
+                    rules,
+                    answer: Answer::FilterDeleted,
+                };
+                self.ask(pending, action, effects);
+            }
         }
     }
 
@@ -139,6 +201,7 @@ impl QueueCore {
                     results.push(Ok(job.id));
                     self.depends.insert(job.id, dependencies(&job));
                     self.note_worker_parts(&job);
+                    self.scheduling.classify(&job, true);
                     self.new_jobs.push(job.id);
                     self.jobs.insert(job.id, job);
                 }
@@ -479,11 +542,27 @@ impl QueueCore {
                     self.put(job);
                 }
             }
-            Pending::Ended { job } => {
+            Pending::Ended { job } | Pending::Rejected { job } => {
+                // A rejected job whose write failed stays queued, never
+                // started, until the rules change or luxid starts again.
                 if ok {
                     self.unqueue(job.id);
                     self.put(job);
                 }
+            }
+            Pending::Filters {
+                conn,
+                rules,
+                answer,
+            } => {
+                let reply = match result {
+                    Ok(()) => {
+                        self.rules_changed(rules);
+                        Ok(answer)
+                    }
+                    Err(error) => failed(format!("cannot write the filter rules: {error}")),
+                };
+                effects.push(Effect::Reply { conn, reply });
             }
             Pending::DeadEnd { job } => {
                 let id = job.id;

@@ -2,8 +2,7 @@
 //! time.
 
 use super::*;
-use crate::scheduling::filters::reason_texts;
-use crate::scheduling::rate_limit::{Occupancy, buckets_of};
+use crate::scheduling::filters::Action as RuleAction;
 
 impl QueueCore {
     // ----- runners -----
@@ -55,6 +54,7 @@ impl QueueCore {
                 self.unqueue(id);
                 self.jobs.remove(&id);
                 self.depends.remove(&id);
+                self.scheduling.forget(id);
                 self.forget_worker_parts(id);
                 self.changed.insert(id);
             }
@@ -409,6 +409,7 @@ impl QueueCore {
     /// Starts queued jobs whose dependencies are final, in (priority, id)
     /// order, up to `max_running_jobs`.
     pub(super) fn schedule(&mut self, effects: &mut Vec<Effect>) {
+        self.cancel_rejected(effects);
         for id in self.startable() {
             self.unqueue(id);
             let livelock = self.livelock_of(id);
@@ -426,18 +427,19 @@ impl QueueCore {
     }
 
     /// The queued jobs [`QueueCore::schedule`] would start now, in order:
-    /// dependencies final, workers given, and room in every ad-hoc
-    /// rate-limit bucket the job is in (SCHEDULING.md), counting the jobs
-    /// running and those chosen before it.
+    /// dependencies final, workers given, no `PAUSE` or `REJECT` rule
+    /// applying, a slot of its `RATE_LIMIT` rule free, and room in every
+    /// ad-hoc rate-limit bucket it is in (SCHEDULING.md), counting the
+    /// jobs running and those chosen before it.
     pub(super) fn startable(&self) -> Vec<JobId> {
         let mut room = self
             .config
             .max_running_jobs
             .saturating_sub(self.runners.len());
-        let mut buckets = Occupancy::default();
-        for job in self.runners.keys().filter_map(|id| self.jobs.get(id)) {
-            buckets.occupy(&buckets_of(reason_texts(job)));
+        if room == 0 {
+            return Vec::new();
         }
+        let (mut buckets, mut slots) = self.scheduling.occupied(self.runners.keys().copied());
         let mut startable = Vec::new();
         for &(_, id) in &self.queued {
             if room == 0 {
@@ -446,15 +448,27 @@ impl QueueCore {
             if !(self.dependencies_final(id) && self.has_its_workers(id)) {
                 continue;
             }
-            let wanted = self
-                .jobs
-                .get(&id)
-                .map(|job| buckets_of(reason_texts(job)))
-                .unwrap_or_default();
-            if !buckets.has_room(&wanted) {
+            let rate_limited = match self.scheduling.applying(id) {
+                None => None,
+                Some((index, rule)) => match rule.action {
+                    RuleAction::Pause | RuleAction::Reject => continue,
+                    RuleAction::RateLimit(limit) => {
+                        if slots.get(&index).copied().unwrap_or(0) >= limit {
+                            continue;
+                        }
+                        Some(index)
+                    }
+                    RuleAction::Accept | RuleAction::Continue => None,
+                },
+            };
+            let wanted = self.scheduling.buckets(id);
+            if !buckets.has_room(wanted) {
                 continue;
             }
-            buckets.occupy(&wanted);
+            buckets.occupy(wanted);
+            if let Some(index) = rate_limited {
+                *slots.entry(index).or_default() += 1;
+            }
             startable.push(id);
             room -= 1;
         }

@@ -779,6 +779,7 @@ fn start_up_follows_live_runners_and_ends_dead_ones() {
         finished: vec![],
         held: BTreeSet::from([1, 2, 3]),
         watched: BTreeSet::from([1]),
+        filter_rules: Vec::new(),
     };
     let (mut driver, effects) = Driver::restored(1, restored);
     assert_eq!(driver.core.serial(), 5, "at least every job's id");

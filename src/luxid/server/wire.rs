@@ -111,6 +111,36 @@ impl Shell {
                         .collect(),
                 )));
             }
+            LuxiRequest::ReplaceFilter { uuid, rule, reason } => {
+                let new_uuid = match crate::sys::random_uuid() {
+                    Ok(uuid) => uuid,
+                    Err(error) => {
+                        return Reply::Now(Err(WireError::generic(format!(
+                            "cannot make a uuid for the rule: {error}"
+                        ))));
+                    }
+                };
+                // Ganeti's luxid adds its own entry to the rule's trail.
+                let mut reason_trail = reason;
+                reason_trail.push(json!(["luxid", "", now_ns()]));
+                Command::ReplaceFilter {
+                    uuid,
+                    new_uuid,
+                    rule,
+                    reason_trail,
+                }
+            }
+            LuxiRequest::DeleteFilter { uuid } => Command::DeleteFilter { uuid },
+            LuxiRequest::QueryFilters { uuids, fields } => {
+                return Reply::Now(
+                    crate::query::filters::query_filters(
+                        uuids.as_deref(),
+                        &fields,
+                        self.core.filter_rules(),
+                    )
+                    .map_err(luxi::prereq),
+                );
+            }
             // Served from the raw request (see `handle`).
             LuxiRequest::Query { .. } | LuxiRequest::QueryFields { .. } => {
                 return Reply::Now(Err(WireError::generic("the query was lost")));
@@ -251,6 +281,8 @@ pub(super) fn wire_reply(reply: queue_core::Reply) -> Result<Value, WireError> {
             let log: Vec<Value> = log.iter().map(|entry| json!(entry)).collect();
             Ok(json!([values, log]))
         }
+        Ok(Answer::FilterReplaced(uuid)) => Ok(json!(uuid)),
+        Ok(Answer::FilterDeleted) => Ok(Value::Null),
         Err(Refusal::Drained) => Err(WireError::generic("Queue drained")),
         Err(Refusal::TooManyJobs(count)) => Err(luxi::check_submit_many_count(count)
             .err()
@@ -298,10 +330,7 @@ fn build_job(ops: &Value, id: JobId, submitter: Submitter) -> Result<Job, WireEr
     if ops.is_empty() {
         return Err(luxi::prereq("a job needs at least one opcode"));
     }
-    let now_ns = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_nanos())
-        .unwrap_or(0);
+    let now_ns = now_ns();
     let mut queued = Vec::with_capacity(ops.len());
     for (index, op) in ops.iter().enumerate() {
         let parsed =
@@ -331,6 +360,14 @@ fn build_job(ops: &Value, id: JobId, submitter: Submitter) -> Result<Job, WireEr
         process_id: None,
         workers: Vec::new(),
     })
+}
+
+/// The wall clock in nanoseconds, as reason trails give it.
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_nanos())
+        .unwrap_or(0)
 }
 
 /// The length of `value` as JSON, counted without keeping the text.
