@@ -53,12 +53,13 @@
 //!   sent [`WATCH_HOLD_PAUSE`] after its watch, which luxid has filed by
 //!   then; both connections are waited on with one epoll. Jobs run
 //!   meanwhile, as they would.
-//! - `scheduling`: in-process, no daemon: one pass of the filter rules'
-//!   decisions (`scheduling::filters::decide`) and of the ad-hoc rate
-//!   limits (`scheduling::rate_limit::fitting`) over a queue of queued
-//!   jobs, 100 rules (opcode, reason and jobid predicates, most matching
-//!   nothing, four of them `RATE_LIMIT`) and 10 buckets, beside 100
-//!   running jobs; the median pass of 20.
+//! - `scheduling`: in-process, no daemon: luxid's queue core holding
+//!   100 running jobs and the queued ones, with 100 filter rules (opcode,
+//!   reason and jobid predicates, most matching nothing) and 10 ad-hoc
+//!   buckets. Every queued job is held (a `PAUSE`, a full `RATE_LIMIT`
+//!   or a full bucket) while 100 slots are free, so a scheduling pass
+//!   (`Input::EndTurn`) looks at every one; and the reclassification of
+//!   every job after a `ReplaceFilter` is written. Medians of 20.
 //!
 //! `--reporter`: once wconfd and luxid answer, a `warden reporter`
 //! (beside this executable) is started on the root (its endpoint off:
@@ -1247,10 +1248,12 @@ fn run_scenario(scenario: Scenario, bench: &Bench) -> Result<Report> {
 fn describe(scenario: Scenario, sizes: &Sizes) -> String {
     match scenario {
         Scenario::Scheduling => format!(
-            "in-process: {} queued jobs (one opcode each, a third in one of 10 rate-limit \
-             buckets), 100 running,\n   {SCHEDULING_RULES} filter rules (opcode, reason and \
-             jobid predicates, 4 RATE_LIMIT); one pass of the rules'\n   decisions and one of \
-             the rate limits, median of {SCHEDULING_PASSES}",
+            "in-process, luxid's queue core: {} queued jobs (one opcode each, a third in one \
+             of 10 rate-limit\n   buckets), {SCHEDULING_RUNNING} running, room for \
+             {SCHEDULING_RUNNING} more, {SCHEDULING_RULES} filter rules (opcode, reason and \
+             jobid\n   predicates; each queued job held by a PAUSE, a full RATE_LIMIT or a full \
+             bucket, so a pass looks\n   at every one); a scheduling pass (EndTurn), and the \
+             reclassification after a ReplaceFilter,\n   median of {SCHEDULING_PASSES}",
             sizes.scheduled_jobs
         ),
         Scenario::Throughput => format!(
@@ -1342,124 +1345,197 @@ const SCHEDULING_PASSES: usize = 20;
 const SCHEDULING_RUNNING: usize = 100;
 const SCHEDULING_PASS_SECONDS_MAX: f64 = 10e-3;
 
-struct ScheduledJob {
-    id: u64,
-    opcodes: Vec<serde_json::Value>,
+/// A job of the scheduling scenario: even ids run `/bin/true`, odd ones
+/// a delay; a third are in one of 10 rate-limit buckets.
+fn scheduled_job(id: u64) -> crate::jobs::Job {
+    let mut reasons = vec![json!([
+        "gnt:client",
+        format!("submitted by user {}", id % 7),
+        0
+    ])];
+    if id.is_multiple_of(3) {
+        reasons.push(json!([
+            "gnt:client",
+            format!("rate-limit:{}:bucket{}", 2 + id % 10, id % 10),
+            0
+        ]));
+    }
+    let op = if id.is_multiple_of(2) {
+        json!({"OP_ID": "OP_EXEC", "argv": ["/bin/true"], "reason": reasons})
+    } else {
+        json!({"OP_ID": "OP_TEST_DELAY", "duration": 0.1, "reason": reasons})
+    };
+    crate::jobs::Job {
+        id,
+        ops: vec![crate::jobs::QueuedOpcode::new(op, 0)],
+        received_timestamp: None,
+        start_timestamp: None,
+        end_timestamp: None,
+        livelock: None,
+        process_id: None,
+        workers: Vec::new(),
+    }
 }
 
-impl crate::scheduling::filters::FilteredJob for ScheduledJob {
-    fn id(&self) -> u64 {
-        self.id
+/// The scheduling scenario's rules: `(priority, predicates, action)`.
+/// Every queued job is held by one (the delays submitted after the
+/// running jobs by the last, `PAUSE`; the `/bin/true`s by the
+/// `RATE_LIMIT 50` the 50 running ones fill), and most match nothing.
+fn scheduling_rule(index: usize, watermark: u64) -> (u64, Value, Value) {
+    let (predicates, action) = match index {
+        0 => (
+            json!([["opcode", ["=", "OP_ID", "OP_EXEC"]]]),
+            json!(["RATE_LIMIT", 50]),
+        ),
+        _ if index == SCHEDULING_RULES - 1 => (
+            json!([
+                ["opcode", ["=", "OP_ID", "OP_TEST_DELAY"]],
+                ["jobid", [">", "id", watermark]]
+            ]),
+            json!("PAUSE"),
+        ),
+        _ => match index % 25 {
+            1..=8 => (
+                json!([["reason", ["=", "reason", format!("no such reason {index}")]]]),
+                json!("PAUSE"),
+            ),
+            9..=16 => (
+                json!([[
+                    "opcode",
+                    [
+                        "&",
+                        ["=", "OP_ID", "OP_TEST_DELAY"],
+                        [">", "duration", 1000 + index]
+                    ]
+                ]]),
+                json!("REJECT"),
+            ),
+            17..=20 => (
+                json!([["opcode", ["=~", "argv", format!("^/no/such/{index}")]]]),
+                json!(["RATE_LIMIT", 3]),
+            ),
+            _ => (
+                json!([["jobid", ["<", "id", "watermark"]]]),
+                json!("CONTINUE"),
+            ),
+        },
+    };
+    ((index % 10) as u64, predicates, action)
+}
+
+/// luxid's queue core (no daemon) holding the scenario's running and
+/// queued jobs and its rules.
+fn scheduling_core(sizes: &Sizes) -> crate::luxid::core::QueueCore {
+    use crate::luxid::core::{Config, QueueCore, Restored};
+    use crate::scheduling::{decode_rule, filters::FilterRule};
+
+    let running = SCHEDULING_RUNNING as u64;
+    let mut restored = Restored::default();
+    for id in 1..=running {
+        let mut job = scheduled_job(id);
+        job.livelock = Some(format!("/nonexistent/livelock-{id}"));
+        job.process_id = Some(u32::try_from(100_000 + id).expect("a small pid"));
+        restored.held.insert(id);
+        restored.watched.insert(id);
+        restored.jobs.push(job);
     }
-    fn opcodes(&self) -> impl Iterator<Item = &serde_json::Value> {
-        self.opcodes.iter()
-    }
+    let last = running + sizes.scheduled_jobs as u64;
+    restored
+        .jobs
+        .extend((running + 1..=last).map(scheduled_job));
+    restored.serial = last;
+    restored.filter_rules = (0..SCHEDULING_RULES)
+        .map(|index| {
+            let (priority, predicates, action) = scheduling_rule(index, running);
+            let parts = decode_rule(&json!(priority), &predicates, &action).expect("a good rule");
+            FilterRule::new(uuid_of(index), running, parts, json!([]))
+        })
+        .collect();
+    let config = Config {
+        // Room for 100 more: a pass looks at every queued job.
+        max_running_jobs: 2 * SCHEDULING_RUNNING,
+        queue_jobs_max: 2 * last as usize,
+        livelock_dir: PathBuf::from("/nonexistent"),
+    };
+    let (core, _) = QueueCore::new(config, restored, Default::default(), Instant::now());
+    core
+}
+
+fn uuid_of(index: usize) -> String {
+    format!("00000000-0000-4000-8000-{index:012}")
 }
 
 fn scheduling(sizes: &Sizes) -> Vec<Measure> {
-    use crate::scheduling::filters::{FilterRule, decide};
-    use crate::scheduling::rate_limit::{Bucket, Occupancy, buckets_of, fitting};
-    use crate::scheduling::{decode_rule, filters::reason_texts};
+    use crate::luxid::core::{Answer, Command, Conn, Effect, Input};
+    use crate::scheduling::decode_rule;
 
-    let job = |id: u64| {
-        let mut reasons = vec![json!([
-            "gnt:client",
-            format!("submitted by user {}", id % 7),
-            0
-        ])];
-        if id.is_multiple_of(3) {
-            reasons.push(json!([
-                "gnt:client",
-                format!("rate-limit:{}:bucket{}", 2 + id % 10, id % 10),
-                0
-            ]));
-        }
-        let op = if id.is_multiple_of(2) {
-            json!({"OP_ID": "OP_EXEC", "argv": ["/bin/true"], "reason": reasons})
-        } else {
-            json!({"OP_ID": "OP_TEST_DELAY", "duration": 0.1, "reason": reasons})
+    let mut core = scheduling_core(sizes);
+    assert_eq!(core.filter_rules().len(), SCHEDULING_RULES);
+    let mut passes = Vec::with_capacity(SCHEDULING_PASSES);
+    let mut changes = Vec::with_capacity(SCHEDULING_PASSES);
+    for pass in 0..SCHEDULING_PASSES {
+        // A scheduling pass: every queued job looked at, none may start.
+        let started = Instant::now();
+        let effects = core.handle(Input::EndTurn, Instant::now());
+        passes.push(started.elapsed().as_secs_f64());
+        assert!(
+            !effects
+                .iter()
+                .any(|effect| matches!(effect, Effect::Spawn { .. } | Effect::Do { .. })),
+            "nothing starts and nothing is rejected: {effects:?}"
+        );
+        // A rule replaced (a CONTINUE's priority): every unfinished job is
+        // classified again once the shell says the rules are written.
+        let (_, predicates, action) = scheduling_rule(SCHEDULING_RULES - 2, 0);
+        let rule = decode_rule(&json!(pass % 10), &predicates, &action).expect("a good rule");
+        let request = Input::Request {
+            conn: Conn(1),
+            command: Command::ReplaceFilter {
+                uuid: Some(uuid_of(SCHEDULING_RULES - 2)),
+                new_uuid: uuid_of(SCHEDULING_RULES),
+                rule,
+                reason_trail: Vec::new(),
+            },
         };
-        ScheduledJob {
-            id,
-            opcodes: vec![op],
-        }
-    };
-    let running: Vec<ScheduledJob> = (1..=SCHEDULING_RUNNING as u64).map(job).collect();
-    let first_queued = SCHEDULING_RUNNING as u64 + 1;
-    let queued: Vec<ScheduledJob> = (first_queued..first_queued + sizes.scheduled_jobs as u64)
-        .map(job)
-        .collect();
-    let rules: Vec<FilterRule> = (0..SCHEDULING_RULES)
-        .map(|index| {
-            let (predicates, action) = match index % 25 {
-                0 => (
-                    json!([["opcode", ["=", "OP_ID", "OP_EXEC"]]]),
-                    json!(["RATE_LIMIT", 50]),
-                ),
-                1..=8 => (
-                    json!([["reason", ["=", "reason", format!("no such reason {index}")]]]),
-                    json!("PAUSE"),
-                ),
-                9..=16 => (
-                    json!([[
-                        "opcode",
-                        [
-                            "&",
-                            ["=", "OP_ID", "OP_TEST_DELAY"],
-                            [">", "duration", 1000 + index]
-                        ]
-                    ]]),
-                    json!("REJECT"),
-                ),
-                _ => (
-                    json!([["jobid", ["<", "id", "watermark"]]]),
-                    json!("CONTINUE"),
-                ),
-            };
-            let parts = decode_rule(&json!(index % 10), &predicates, &action).expect("a good rule");
-            FilterRule::new(format!("rule-{index:03}"), first_queued, parts, json!([]))
-        })
-        .collect();
-    let running_refs: Vec<&ScheduledJob> = running.iter().collect();
-    let queued_refs: Vec<&ScheduledJob> = queued.iter().collect();
-    let mut filter_passes = Vec::with_capacity(SCHEDULING_PASSES);
-    let mut limit_passes = Vec::with_capacity(SCHEDULING_PASSES);
-    let mut let_through = 0;
-    for _ in 0..SCHEDULING_PASSES {
+        let effects = core.handle(request, Instant::now());
+        let Some(ticket) = effects.iter().find_map(|effect| match effect {
+            Effect::Do { ticket, .. } => Some(*ticket),
+            _ => None,
+        }) else {
+            panic!("ReplaceFilter asks for the rules to be written: {effects:?}");
+        };
         let started = Instant::now();
-        let decisions = decide(&rules, &running_refs, &queued_refs);
-        filter_passes.push(started.elapsed().as_secs_f64());
-        assert_eq!(decisions.len(), queued.len());
-        let started = Instant::now();
-        let mut occupancy = Occupancy::default();
-        for job in &running {
-            occupancy.occupy(&buckets_of(reason_texts(job)));
-        }
-        let wanted: Vec<Vec<Bucket>> = queued
-            .iter()
-            .map(|job| buckets_of(reason_texts(job)))
-            .collect();
-        let candidates: Vec<&[Bucket]> = wanted.iter().map(Vec::as_slice).collect();
-        let_through = fitting(&occupancy, &candidates).len();
-        limit_passes.push(started.elapsed().as_secs_f64());
+        let effects = core.handle(
+            Input::Done {
+                ticket,
+                result: Ok(()),
+            },
+            Instant::now(),
+        );
+        changes.push(started.elapsed().as_secs_f64());
+        assert!(
+            effects.iter().any(|effect| matches!(
+                effect,
+                Effect::Reply {
+                    reply: Ok(Answer::FilterReplaced(_)),
+                    ..
+                }
+            )),
+            "the replacement is answered: {effects:?}"
+        );
     }
-    assert!(
-        let_through > 0 && let_through < queued.len(),
-        "the buckets hold some back"
-    );
     vec![
         Measure::new(
-            "filter rules, one pass",
+            "scheduling pass (queue core)",
             Unit::Seconds,
-            median(&mut filter_passes),
+            median(&mut passes),
         )
         .with_target(Target::Below(SCHEDULING_PASS_SECONDS_MAX)),
         Measure::new(
-            "rate limits, one pass",
+            "a rule replaced: every job classified again",
             Unit::Seconds,
-            median(&mut limit_passes),
-        )
-        .with_target(Target::Below(SCHEDULING_PASS_SECONDS_MAX)),
+            median(&mut changes),
+        ),
     ]
 }
 
