@@ -4,7 +4,7 @@
 //! ```text
 //! cargo build --release --bins
 //! target/release/luxid-bench [throughput|latency|restart|events|scheduling] [--runs N] [--quick] [--dir DIR]
-//!     [--runner PATH] [--reporter]
+//!     [--runner PATH] [--reporter] [--filter-rules]
 //! ```
 //!
 //! Every run of a scenario starts the `wconfd` and `luxid` binaries that sit
@@ -103,13 +103,16 @@ use serde_json::{Value, json};
 
 const USAGE: &str = "\
 usage: luxid-bench [throughput|latency|restart|events|scheduling] [--runs N] [--quick] [--dir DIR]
-                   [--runner PATH] [--reporter]
+                   [--runner PATH] [--reporter] [--filter-rules]
   --dir DIR      where the temporary roots go (default: the temp directory);
                  its file system's fsync cost bounds every submit
   --runner PATH  the job-runner luxid starts (its `runner_path` setting;
                  default: the one beside luxid)
   --reporter     a `warden reporter` (beside this executable) on every root once
-                 the daemons answer, elected before measuring, stopped with them";
+                 the daemons answer, elected before measuring, stopped with them
+  --filter-rules 100 job filter rules on every root (ReplaceFilter, once luxid
+                 answers), each tried on every job, none applying to the
+                 scenario's jobs";
 
 // The targets of design/PERFORMANCE.md (the luxid issue).
 const THROUGHPUT_JOBS_PER_SECOND_MIN: f64 = 360.0;
@@ -119,6 +122,9 @@ const RESTART_SECONDS_MAX: f64 = 2.0;
 const RESTART_RSS_BYTES_MAX: f64 = 200.0 * 1024.0 * 1024.0;
 const QUERY_P50_SECONDS_MAX: f64 = 1e-3;
 const EVENT_P50_SECONDS_MAX: f64 = 5e-3;
+
+/// The rules of `--filter-rules`.
+const THROUGHPUT_FILTER_RULES: usize = 100;
 
 /// The settings of every root: the scheduler's limit of the targets.
 const SETTINGS: &str = "[luxid]\nmax_running_jobs = 20\n";
@@ -217,6 +223,8 @@ struct Options {
     runner: Option<PathBuf>,
     /// A reporter beside the daemons.
     reporter: bool,
+    /// Filter rules on every root.
+    filter_rules: bool,
 }
 
 impl Options {
@@ -225,12 +233,14 @@ impl Options {
         let mut dir = std::env::temp_dir();
         let mut runner = None;
         let mut reporter = false;
+        let mut filter_rules = false;
         let shared = CommandLine::parse("luxid-bench", args, RUNS_DEFAULT, |arg, rest| {
             let mut value = || rest.next().ok_or(format!("{arg} needs a path"));
             match arg {
                 "--dir" => dir = PathBuf::from(value()?),
                 "--runner" => runner = Some(PathBuf::from(value()?)),
                 "--reporter" => reporter = true,
+                "--filter-rules" => filter_rules = true,
                 _ => return Ok(false),
             }
             Ok(true)
@@ -240,6 +250,7 @@ impl Options {
             dir,
             runner,
             reporter,
+            filter_rules,
         }))
     }
 }
@@ -294,6 +305,8 @@ struct Bench {
     runner_setting: Option<PathBuf>,
     /// `--reporter`: `warden`, whose reporter runs beside the daemons.
     reporter: Option<PathBuf>,
+    /// `--filter-rules`.
+    filter_rules: bool,
     workspace: Workspace,
     sizes: &'static Sizes,
     runs: usize,
@@ -342,6 +355,7 @@ impl Bench {
             runner: runner_setting.clone().map_or(runner, Ok)?,
             runner_setting,
             reporter,
+            filter_rules: options.filter_rules,
             workspace: Workspace::create(&options.dir, "luxid-bench")?,
             sizes: if options.shared.quick {
                 &Sizes::QUICK
@@ -967,6 +981,8 @@ struct Cluster {
     luxid: Daemon,
     /// `--reporter`: started by [`Cluster::attach_reporter`].
     reporter: Option<Reporter>,
+    /// `--filter-rules`: added once luxid answers.
+    filter_rules: bool,
 }
 
 impl Cluster {
@@ -992,6 +1008,7 @@ impl Cluster {
             wconfd: daemon("wconfd", &bench.wconfd, &dir, &root),
             luxid: daemon("luxid", &bench.luxid, &dir, &root),
             reporter,
+            filter_rules: bench.filter_rules,
             root,
             dir,
         })
@@ -1004,7 +1021,40 @@ impl Cluster {
         cluster.wconfd.spawn()?;
         cluster.luxid.spawn()?;
         cluster.attach_reporter()?;
+        cluster.add_filter_rules()?;
         Ok(cluster)
+    }
+
+    /// With `--filter-rules`: [`THROUGHPUT_FILTER_RULES`] rules, none of
+    /// which applies to a job of the scenarios, so each is tried on each.
+    fn add_filter_rules(&mut self) -> Result<()> {
+        if !self.filter_rules {
+            return Ok(());
+        }
+        let mut luxid = self.luxid.connect()?;
+        for index in 0..THROUGHPUT_FILTER_RULES {
+            let predicates = match index % 3 {
+                0 => json!([["reason", ["=", "reason", format!("no such reason {index}")]]]),
+                1 => json!([["opcode", ["=", "OP_ID", format!("OP_NONE_{index}")]]]),
+                _ => json!([
+                    ["jobid", [">", "id", 0]],
+                    ["opcode", ["=~", "comment", format!("^nothing-{index}$")]]
+                ]),
+            };
+            let action = match index % 4 {
+                0 => json!("PAUSE"),
+                1 => json!("REJECT"),
+                2 => json!(["RATE_LIMIT", 1]),
+                _ => json!("ACCEPT"),
+            };
+            let request = crate::protocol::Request {
+                method: "ReplaceFilter".to_owned(),
+                args: vec![Value::Null, json!(index % 10), predicates, action, json!([])],
+            };
+            result_of(luxid.call(&frame(&request))?)
+                .context(|| format!("ReplaceFilter of rule {index}"))?;
+        }
+        Ok(())
     }
 
     /// With `--reporter`: starts the reporter and waits until it is
