@@ -1,5 +1,6 @@
-//! How error texts quote what a client sent: enough to recognise it, never
-//! a frame's worth of it in an answer or a log line.
+//! How error texts quote what a client sent (enough to recognise it, never
+//! a frame's worth of it in an answer or a log line), and how they name a
+//! time.
 
 use crate::limits::QUOTED_CHARS_MAX;
 
@@ -9,5 +10,44 @@ pub fn shortened(text: &str) -> String {
     match text.char_indices().nth(QUOTED_CHARS_MAX) {
         Some((end, _)) => format!("{}...", &text[..end]),
         None => text.to_owned(),
+    }
+}
+
+/// A Unix time as UTC, `2026-12-02T23:00:00Z` (whole seconds, rounded
+/// down); times before 1970 or beyond the year 9999 as their number.
+pub fn utc_time(unix_secs: f64) -> String {
+    if !(0.0..253_402_300_800.0).contains(&unix_secs) {
+        return format!("{unix_secs}");
+    }
+    let secs = unix_secs as i64;
+    let (days, of_day) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        of_day / 3_600,
+        of_day % 3_600 / 60,
+        of_day % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_times_are_civil_dates() {
+        assert_eq!(utc_time(0.0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc_time(951_782_400.5), "2000-02-29T00:00:00Z");
+        assert_eq!(utc_time(1_796_252_806.9), "2026-12-02T23:06:46Z");
+        assert_eq!(utc_time(-1.0), "-1");
     }
 }

@@ -1049,7 +1049,13 @@ impl Cluster {
             };
             let request = crate::protocol::Request {
                 method: "ReplaceFilter".to_owned(),
-                args: vec![Value::Null, json!(index % 10), predicates, action, json!([])],
+                args: vec![
+                    Value::Null,
+                    json!(index % 10),
+                    predicates,
+                    action,
+                    json!([]),
+                ],
             };
             result_of(luxid.call(&frame(&request))?)
                 .context(|| format!("ReplaceFilter of rule {index}"))?;
@@ -1506,6 +1512,7 @@ fn scheduling_core(sizes: &Sizes) -> crate::luxid::core::QueueCore {
         max_running_jobs: 2 * SCHEDULING_RUNNING,
         queue_jobs_max: 2 * last as usize,
         livelock_dir: PathBuf::from("/nonexistent"),
+        clock: crate::luxid::core::ClockOrigin::now(),
     };
     let (core, _) = QueueCore::new(config, restored, Default::default(), Instant::now());
     core

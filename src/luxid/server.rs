@@ -196,6 +196,7 @@ impl Server {
             max_running_jobs: settings.luxid.max_running_jobs,
             queue_jobs_max: settings.luxid.queue_jobs_max,
             livelock_dir: livelock_dir.clone(),
+            clock: queue_core::ClockOrigin::now(),
         };
         let (events, said) =
             events::LuxidEvents::open(root, &settings, poll.registry(), EVENTS_SYNCED)?;

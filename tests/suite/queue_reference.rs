@@ -21,7 +21,7 @@ use warden::events::Event;
 use warden::jobs::{Job, JobId, QueuedOpcode, Status, Timestamp};
 use warden::luxid::core::{
     Action, Answer, Command, Config, Conn, Effect, Input, JobEvents, QueueCore, Refusal, Reply,
-    Restored,
+    Restored, Submission,
 };
 use warden::queue::FinishedJob;
 
@@ -447,6 +447,7 @@ impl World {
             max_running_jobs,
             queue_jobs_max: QUEUE_JOBS_MAX,
             livelock_dir: PathBuf::from("/ll"),
+            clock: warden::luxid::core::ClockOrigin::now(),
         };
         let now = Instant::now();
         let (core, effects) =
@@ -505,7 +506,7 @@ impl World {
             Step::Submit { priority, depends } => {
                 let job = new_job(self.core.serial() + 1, *priority, depends);
                 seen = self.request(Command::Submit {
-                    jobs: vec![Ok(job)],
+                    jobs: vec![Submission::New(job)],
                     ignore_drain: false,
                     many: false,
                 });

@@ -33,9 +33,9 @@ use crate::liveness::job_livelock_name;
 use crate::queue::FinishedJob;
 
 mod events;
-mod filters;
 mod requests;
 mod runners;
+mod scheduling;
 #[cfg(test)]
 mod tests;
 mod workers;
@@ -43,6 +43,7 @@ mod workers;
 use crate::limits::{DEAD_JOB_WRITE_RETRY_INTERVAL, RELEASE_PROBE_INTERVAL};
 
 pub use events::{JobEvents, NewEvent};
+pub use scheduling::{ClockOrigin, unique_key};
 
 /// A client connection, as the shell names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -67,6 +68,8 @@ pub struct Config {
     /// Where runners keep their livelocks (a job's is named for its
     /// submission, see [`runner_livelock`]).
     pub livelock_dir: PathBuf,
+    /// The wall clock against the core's, for `start_by`.
+    pub clock: ClockOrigin,
 }
 
 /// The queue as found on disk at start-up, with what the shell found out
@@ -103,14 +106,26 @@ pub enum RunnerSignal {
     Priority,
 }
 
+/// One job of a submission, as the shell made it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Submission {
+    /// A new job, with the id the core will give it (`serial + 1`, `+ 2`,
+    /// ... over the new ones of the submission); `start_by`: when it
+    /// must have started (its first opcode's `start_by`, as a deadline).
+    New(Job),
+    /// Its `unique_key` is the key of this unfinished job: answered with
+    /// its id, nothing created (SCHEDULING.md).
+    Live(JobId),
+    /// Why its opcodes were refused.
+    Refused(String),
+}
+
 /// A request, decoded and checked as far as it can be without the queue.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
-    /// New jobs: each built by the shell with the id the core will give it
-    /// (`serial + 1`, `+ 2`, ... over the accepted ones), or the reason its
-    /// opcodes were refused. `many`: answered as `SubmitManyJobs`.
+    /// New jobs of one submission. `many`: answered as `SubmitManyJobs`.
     Submit {
-        jobs: Vec<Result<Job, String>>,
+        jobs: Vec<Submission>,
         ignore_drain: bool,
         many: bool,
     },
@@ -505,8 +520,9 @@ enum Pending {
     Ended {
         job: Job,
     },
-    /// A queued job a `REJECT` rule canceled.
-    Rejected {
+    /// A queued job the scheduler canceled: a `REJECT` rule applies, or
+    /// its `start_by` passed.
+    SchedulerCanceled {
         job: Job,
     },
     /// The filter rules of a `ReplaceFilter` or `DeleteFilter`.
@@ -573,7 +589,7 @@ pub struct QueueCore {
     /// What the event sequence has said of each job.
     events: JobEvents,
     /// The filter rules, and each job's applying rule and buckets.
-    scheduling: filters::Scheduling,
+    scheduling: scheduling::Scheduling,
 }
 
 /// Where a runner of `job` keeps its livelock: the recorded one, else the
@@ -643,7 +659,7 @@ impl QueueCore {
             prepare_of: BTreeMap::new(),
             ended: Vec::new(),
             events: restored.events,
-            scheduling: filters::Scheduling::default(),
+            scheduling: scheduling::Scheduling::default(),
         };
         let mut effects = Vec::new();
         core.reconcile_events(&restored.jobs, &restored.archived);
@@ -714,7 +730,7 @@ impl QueueCore {
             .set_rules(restored.filter_rules, std::iter::empty());
         for job in core.jobs.values() {
             let started = core.runners.contains_key(&job.id);
-            core.scheduling.classify(job, !started);
+            core.scheduling.admit(job, !started, &core.config.clock);
         }
         core.restored_runners = core.runners.len();
         let max_running = core.config.max_running_jobs;
@@ -907,7 +923,10 @@ impl QueueCore {
                 _ => None,
             });
         let deadlines = self.watchers.values().map(|watcher| watcher.deadline);
-        probes.chain(deadlines).min()
+        probes
+            .chain(deadlines)
+            .chain(self.scheduling.next_deadline())
+            .min()
     }
 
     // ----- the queue's state -----
@@ -935,7 +954,7 @@ impl QueueCore {
             self.new_jobs.retain(|&new| new != id);
             self.jobs.remove(&id);
             self.depends.remove(&id);
-            self.scheduling.forget(id);
+            self.scheduling.forget(&job);
             self.finished.insert(id, FinishedJob::new(&job));
         } else {
             self.jobs.insert(id, job);

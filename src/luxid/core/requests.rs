@@ -174,7 +174,7 @@ impl QueueCore {
 
     pub(super) fn submit(
         &mut self,
-        jobs: Vec<Result<Job, String>>,
+        jobs: Vec<Submission>,
         ignore_drain: bool,
         many: bool,
     ) -> Reply {
@@ -194,18 +194,19 @@ impl QueueCore {
         let mut results = Vec::with_capacity(jobs.len());
         for job in jobs {
             match job {
-                Ok(job) => {
+                Submission::New(job) => {
                     assert_eq!(job.id, self.serial + 1, "a new job has the next id");
                     assert!(!job.is_final(), "a new job is unfinished");
                     self.serial = job.id;
                     results.push(Ok(job.id));
                     self.depends.insert(job.id, dependencies(&job));
                     self.note_worker_parts(&job);
-                    self.scheduling.classify(&job, true);
+                    self.scheduling.admit(&job, true, &self.config.clock);
                     self.new_jobs.push(job.id);
                     self.jobs.insert(job.id, job);
                 }
-                Err(message) => results.push(Err(message)),
+                Submission::Live(id) => results.push(Ok(id)),
+                Submission::Refused(message) => results.push(Err(message)),
             }
         }
         if many {
@@ -542,9 +543,10 @@ impl QueueCore {
                     self.put(job);
                 }
             }
-            Pending::Ended { job } | Pending::Rejected { job } => {
+            Pending::Ended { job } | Pending::SchedulerCanceled { job } => {
                 // A rejected job whose write failed stays queued, never
-                // started, until the rules change or luxid starts again.
+                // started, until the rules change or luxid starts again; an
+                // expired one may start late (D61).
                 if ok {
                     self.unqueue(job.id);
                     self.put(job);

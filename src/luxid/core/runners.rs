@@ -52,9 +52,10 @@ impl QueueCore {
             // get no word and leave the job alone.
             for id in new_jobs {
                 self.unqueue(id);
-                self.jobs.remove(&id);
+                if let Some(job) = self.jobs.remove(&id) {
+                    self.scheduling.forget(&job);
+                }
                 self.depends.remove(&id);
-                self.scheduling.forget(id);
                 self.forget_worker_parts(id);
                 self.changed.insert(id);
             }
@@ -82,6 +83,7 @@ impl QueueCore {
             if let Ok(pid) = outcome
                 && self.unqueue(id)
             {
+                self.scheduling.started(id);
                 self.runners.insert(
                     id,
                     Started {
@@ -315,6 +317,7 @@ impl QueueCore {
     }
 
     pub(super) fn tick(&mut self, now: Instant, effects: &mut Vec<Effect>) {
+        self.cancel_expired(now, effects);
         let due: Vec<JobId> = self
             .runners
             .iter()
@@ -412,6 +415,7 @@ impl QueueCore {
         self.cancel_rejected(effects);
         for id in self.startable() {
             self.unqueue(id);
+            self.scheduling.started(id);
             let livelock = self.livelock_of(id);
             self.runners.insert(
                 id,

@@ -13,6 +13,7 @@ fn config(max_running_jobs: usize) -> Config {
         max_running_jobs,
         queue_jobs_max: 10,
         livelock_dir: PathBuf::from("/ll"),
+        clock: ClockOrigin::now(),
     }
 }
 
@@ -79,9 +80,9 @@ impl Driver {
     }
 
     fn restored(max_running_jobs: usize, restored: Restored) -> (Driver, Vec<Effect>) {
-        let now = Instant::now();
-        let (core, effects) =
-            QueueCore::new(config(max_running_jobs), restored, RandomState::new(), now);
+        let config = config(max_running_jobs);
+        let now = config.clock.instant;
+        let (core, effects) = QueueCore::new(config, restored, RandomState::new(), now);
         core.check_invariants();
         let mut events = Vec::new();
         let effects = without_events(effects, &mut events);
@@ -116,7 +117,7 @@ impl Driver {
     fn submit(&mut self, jobs: Vec<Job>) {
         for job in jobs {
             let effects = self.request(Command::Submit {
-                jobs: vec![Ok(job)],
+                jobs: vec![Submission::New(job)],
                 ignore_drain: false,
                 many: false,
             });
@@ -188,9 +189,9 @@ fn submissions_take_the_next_ids_and_are_checked_in_order() {
     let mut driver = Driver::new(2);
     let effects = driver.request(Command::Submit {
         jobs: vec![
-            Ok(job(1, 0, &[])),
-            Err("bad".to_owned()),
-            Ok(job(2, 0, &[])),
+            Submission::New(job(1, 0, &[])),
+            Submission::Refused("bad".to_owned()),
+            Submission::New(job(2, 0, &[])),
         ],
         ignore_drain: false,
         many: true,
@@ -205,7 +206,7 @@ fn submissions_take_the_next_ids_and_are_checked_in_order() {
     );
     assert_eq!(driver.core.serial(), 2);
     let effects = driver.request(Command::Submit {
-        jobs: vec![Err("no opcodes".to_owned())],
+        jobs: vec![Submission::Refused("no opcodes".to_owned())],
         ignore_drain: false,
         many: false,
     });
@@ -214,7 +215,7 @@ fn submissions_take_the_next_ids_and_are_checked_in_order() {
         &Err(Refusal::Prereq("no opcodes".to_owned()))
     );
     let effects = driver.request(Command::Submit {
-        jobs: vec![Err(String::new()); SUBMIT_MANY_JOBS_MAX + 1],
+        jobs: vec![Submission::Refused(String::new()); SUBMIT_MANY_JOBS_MAX + 1],
         ignore_drain: false,
         many: true,
     });
@@ -223,7 +224,7 @@ fn submissions_take_the_next_ids_and_are_checked_in_order() {
         &Err(Refusal::TooManyJobs(SUBMIT_MANY_JOBS_MAX + 1))
     );
     let effects = driver.request(Command::Submit {
-        jobs: (3..12).map(|id| Ok(job(id, 0, &[]))).collect(),
+        jobs: (3..12).map(|id| Submission::New(job(id, 0, &[]))).collect(),
         ignore_drain: false,
         many: true,
     });
@@ -250,13 +251,13 @@ fn a_drained_queue_refuses_submissions_but_the_drained_kind() {
     let effects = driver.request(Command::SetDrain { drained: true });
     assert_eq!(reply(&driver.do_ok(&effects)), &Ok(Answer::DrainSet));
     let effects = driver.request(Command::Submit {
-        jobs: vec![Ok(job(1, 0, &[]))],
+        jobs: vec![Submission::New(job(1, 0, &[]))],
         ignore_drain: false,
         many: false,
     });
     assert_eq!(reply(&effects), &Err(Refusal::Drained));
     let effects = driver.request(Command::Submit {
-        jobs: vec![Ok(job(1, 0, &[]))],
+        jobs: vec![Submission::New(job(1, 0, &[]))],
         ignore_drain: true,
         many: false,
     });
@@ -273,7 +274,7 @@ fn new_jobs_start_during_their_commit_up_to_the_limit_in_priority_order() {
         job(4, -10, &[1]),
     ] {
         driver.request(Command::Submit {
-            jobs: vec![Ok(job)],
+            jobs: vec![Submission::New(job)],
             ignore_drain: false,
             many: false,
         });
@@ -302,7 +303,7 @@ fn new_jobs_start_during_their_commit_up_to_the_limit_in_priority_order() {
 fn a_refused_commit_forgets_its_jobs_and_answers_their_watchers() {
     let mut driver = Driver::new(1);
     driver.request(Command::Submit {
-        jobs: vec![Ok(job(1, 0, &[]))],
+        jobs: vec![Submission::New(job(1, 0, &[]))],
         ignore_drain: false,
         many: false,
     });
@@ -417,7 +418,7 @@ fn signals_for_a_runner_without_a_pid_wait_for_it() {
     let mut driver = Driver::new(1);
     driver.submit(vec![job(1, 0, &[])]);
     driver.request(Command::Submit {
-        jobs: vec![Ok(job(2, 0, &[]))],
+        jobs: vec![Submission::New(job(2, 0, &[]))],
         ignore_drain: false,
         many: false,
     });
@@ -829,7 +830,7 @@ fn a_runner_that_cannot_start_ends_its_job() {
         livelock_held: false,
     });
     driver.request(Command::Submit {
-        jobs: vec![Ok(job(2, 0, &[]))],
+        jobs: vec![Submission::New(job(2, 0, &[]))],
         ignore_drain: false,
         many: false,
     });
@@ -987,4 +988,82 @@ fn the_events_tell_each_step_once_however_many_one_file_write_made() {
             ("queue.started", 0)
         ]
     );
+}
+
+/// A job whose first opcode has `field` set to `value`.
+fn job_with(id: JobId, field: &str, value: Value) -> Job {
+    let mut job = job(id, 0, &[]);
+    job.ops[0].input[field] = value;
+    job
+}
+
+#[test]
+fn a_unique_key_is_known_while_its_job_is_unfinished() {
+    let mut driver = Driver::new(1);
+    driver.submit(vec![job_with(1, "unique_key", json!("nightly"))]);
+    assert_eq!(driver.core.live_unique("nightly"), Some(1));
+    assert_eq!(driver.core.live_unique("other"), None);
+    // A submission the shell found live is answered with that job's id.
+    let effects = driver.request(Command::Submit {
+        jobs: vec![Submission::Live(1)],
+        ignore_drain: false,
+        many: false,
+    });
+    assert_eq!(reply(&effects), &Ok(Answer::Submitted(1)));
+    assert_eq!(driver.core.serial(), 1, "nothing created");
+    driver.feed(Input::JobFileChanged {
+        job: with_status(
+            running(job_with(1, "unique_key", json!("nightly")), 101),
+            Status::Success,
+        ),
+    });
+    assert_eq!(driver.core.live_unique("nightly"), None, "its job finished");
+}
+
+#[test]
+fn a_queued_job_past_its_start_by_is_canceled_saying_so() {
+    // No slot: the job stays queued.
+    let mut driver = Driver::new(0);
+    let wall_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64();
+    driver.submit(vec![
+        job_with(1, "start_by", json!(wall_now + 3600.0)),
+        job_with(2, "start_by", json!(wall_now - 1.0)),
+    ]);
+    assert!(
+        driver.core.next_wakeup().is_some_and(|at| at <= driver.now),
+        "the passed deadline is due now"
+    );
+    let effects = driver.feed(Input::Tick);
+    let written: Vec<&Job> = effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Do {
+                action: Action::WriteJob(job),
+                ..
+            } => Some(job),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(written.len(), 1, "{effects:?}");
+    assert_eq!(written[0].id, 2);
+    let result = written[0].ops[0]
+        .result
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        result.starts_with("Job canceled: not started by "),
+        "{result}"
+    );
+    driver.answer(&effects, Ok(()));
+    assert_eq!(driver.status(2), Some(Status::Canceled));
+    assert_eq!(
+        driver.status(1),
+        Some(Status::Queued),
+        "its time has not come"
+    );
+    assert_eq!(driver.feed(Input::Tick), [], "nothing more is due");
 }

@@ -13,7 +13,7 @@ use super::Shell;
 use crate::connection::Reply;
 use crate::jobs::opcode;
 use crate::jobs::{Job, JobId, QueuedOpcode, Timestamp};
-use crate::luxid::core::{self as queue_core, Answer, Command, Conn, Input, Refusal};
+use crate::luxid::core::{self as queue_core, Answer, Command, Conn, Input, Refusal, Submission};
 use crate::protocol::WireError;
 use crate::protocol::luxi::{self, LuxiRequest};
 
@@ -43,12 +43,12 @@ impl Shell {
                 };
             }
             LuxiRequest::SubmitJob { ops } => Command::Submit {
-                jobs: vec![refused_or(refused, 0, || self.build_job(&ops, 0))],
+                jobs: vec![self.submission(refused, 0, &ops, 0, &mut HashMap::new())],
                 ignore_drain: false,
                 many: false,
             },
             LuxiRequest::SubmitJobToDrainedQueue { ops } => Command::Submit {
-                jobs: vec![refused_or(refused, 0, || self.build_job(&ops, 0))],
+                jobs: vec![self.submission(refused, 0, &ops, 0, &mut HashMap::new())],
                 ignore_drain: true,
                 many: false,
             },
@@ -56,14 +56,15 @@ impl Shell {
                 let mut built = Vec::with_capacity(jobs.len());
                 if jobs.len() <= crate::limits::SUBMIT_MANY_JOBS_MAX {
                     let mut accepted = 0;
+                    let mut keys = HashMap::new();
                     for (index, ops) in jobs.iter().enumerate() {
-                        let job = refused_or(refused, index, || self.build_job(ops, accepted));
-                        accepted += u64::from(job.is_ok());
+                        let job = self.submission(refused, index, ops, accepted, &mut keys);
+                        accepted += u64::from(matches!(job, Submission::New(_)));
                         built.push(job);
                     }
                 } else {
                     // Refused whole: not worth building.
-                    built.resize(jobs.len(), Err(String::new()));
+                    built.resize(jobs.len(), Submission::Refused(String::new()));
                 }
                 Command::Submit {
                     jobs: built,
@@ -152,6 +153,40 @@ impl Shell {
         self.carry_out(effects)
             .reply
             .unwrap_or_else(|| Reply::Now(Err(WireError::generic("the request was lost"))))
+    }
+
+    /// One job of a submission (`index`), with the id the core gives it
+    /// if the `accepted` jobs before it are new: refused (by wconfd's
+    /// check of its workers, or its opcodes), or the unfinished job of its
+    /// `unique_key` (in the queue, or earlier in this submission: `keys`),
+    /// or new.
+    fn submission(
+        &self,
+        refused: &BTreeMap<usize, String>,
+        index: usize,
+        ops: &Value,
+        accepted: u64,
+        keys: &mut HashMap<String, JobId>,
+    ) -> Submission {
+        if let Some(message) = refused.get(&index) {
+            return Submission::Refused(message.clone());
+        }
+        let job = match self.build_job(ops, accepted) {
+            Ok(job) => job,
+            Err(message) => return Submission::Refused(message),
+        };
+        let Some(key) = queue_core::unique_key(&job) else {
+            return Submission::New(job);
+        };
+        if let Some(id) = self
+            .core
+            .live_unique(key)
+            .or_else(|| keys.get(key).copied())
+        {
+            return Submission::Live(id);
+        }
+        keys.insert(key.to_owned(), job.id);
+        Submission::New(job)
     }
 
     /// A job of a submission, with the id the core gives it if the
@@ -299,18 +334,6 @@ pub(super) fn wire_reply(reply: queue_core::Reply) -> Result<Value, WireError> {
             args: vec![json!(format!("Job {id} not found"))],
         }),
         Err(Refusal::Failed(message)) => Err(WireError::generic(message)),
-    }
-}
-
-/// A job refused by wconfd's check of its workers request, or built.
-fn refused_or(
-    refused: &BTreeMap<usize, String>,
-    index: usize,
-    build: impl FnOnce() -> Result<Job, String>,
-) -> Result<Job, String> {
-    match refused.get(&index) {
-        Some(message) => Err(message.clone()),
-        None => build(),
     }
 }
 

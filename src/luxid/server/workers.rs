@@ -16,7 +16,7 @@ use crate::connection::Reply;
 use crate::jobs::opcode::{OP_EXEC, PrepareOf};
 use crate::jobs::{JobId, Status};
 use crate::limits::{WCONFD_ANSWER_DEADLINE, WORKER_WATCH_TIMEOUT, WORKERS_CHECK_DEADLINE};
-use crate::luxid::core::{Command, Conn, Effect, Input};
+use crate::luxid::core::{Command, Conn, Effect, Input, Submission};
 use crate::paths::WORKERS_ENV;
 use crate::protocol::luxi::LuxiRequest;
 use crate::protocol::wconfd::WconfdRequest;
@@ -374,7 +374,10 @@ impl Shell {
         self.run(Input::Request {
             conn: Conn::LUXID,
             command: Command::Submit {
-                jobs: vec![job],
+                jobs: vec![match job {
+                    Ok(job) => Submission::New(job),
+                    Err(message) => Submission::Refused(message),
+                }],
                 ignore_drain: true,
                 many: false,
             },

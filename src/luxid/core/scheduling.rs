@@ -1,13 +1,16 @@
 //! What [`QueueCore`] knows of each job for scheduling (SCHEDULING.md):
 //! the job filter rules, each unfinished job's applying rule and ad-hoc
 //! rate-limit buckets, worked out once per job (and again for every job
-//! when the rules change), so that a scheduling pass only looks them up.
+//! when the rules change), so that a scheduling pass only looks them up;
+//! the unique keys of the unfinished jobs; the `start_by` deadlines of
+//! the queued ones.
 //!
 //! A job's applying rule depends on its id and its opcodes as submitted,
 //! which never change, and on the rules; its buckets on its opcodes'
 //! reasons alone.
 
 use std::collections::HashMap;
+use std::time::SystemTime;
 
 use super::*;
 use crate::scheduling::filters::{Action as RuleAction, FilterRule, applying_index, reason_texts};
@@ -25,11 +28,87 @@ pub(super) struct Scheduling {
     buckets: HashMap<JobId, Vec<Bucket>>,
     /// Queued jobs a `REJECT` applies to, to be canceled.
     rejected: BTreeSet<JobId>,
+    /// The unfinished job of each unique key.
+    unique: HashMap<String, JobId>,
+    /// Queued jobs that must start by a time: when (on the core's clock),
+    /// and the Unix time asked for.
+    start_by: BTreeSet<(Instant, JobId)>,
+    start_by_secs: HashMap<JobId, (Instant, f64)>,
+}
+
+/// A job's first opcode's text field `name`.
+fn first_opcode_text<'a>(job: &'a Job, name: &str) -> Option<&'a str> {
+    job.ops.first()?.input.get(name)?.as_str()
+}
+
+/// A job's `unique_key` (its first opcode's).
+pub fn unique_key(job: &Job) -> Option<&str> {
+    first_opcode_text(job, "unique_key")
+}
+
+/// A job's `start_by` (a Unix time).
+fn start_by(job: &Job) -> Option<f64> {
+    job.ops.first()?.input.get("start_by")?.as_f64()
 }
 
 impl Scheduling {
     pub(super) fn rules(&self) -> &[FilterRule] {
         &self.rules
+    }
+
+    /// Notes a new unfinished job: its unique key, and its `start_by`
+    /// when it is `queued` (`clock`: the core's clock against the wall's),
+    /// then [`Scheduling::classify`].
+    pub(super) fn admit(&mut self, job: &Job, queued: bool, clock: &ClockOrigin) {
+        if let Some(key) = unique_key(job) {
+            self.unique.insert(key.to_owned(), job.id);
+        }
+        if queued && let Some(secs) = start_by(job) {
+            let deadline = clock.instant_of(secs);
+            self.start_by.insert((deadline, job.id));
+            self.start_by_secs.insert(job.id, (deadline, secs));
+        }
+        self.classify(job, queued);
+    }
+
+    /// The unfinished job with this unique key.
+    pub(super) fn live_unique(&self, key: &str) -> Option<JobId> {
+        self.unique.get(key).copied()
+    }
+
+    /// The job started: its `start_by` is met.
+    pub(super) fn started(&mut self, id: JobId) {
+        if let Some((deadline, _)) = self.start_by_secs.remove(&id) {
+            self.start_by.remove(&(deadline, id));
+        }
+    }
+
+    /// The earliest `start_by` deadline.
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
+        self.start_by.first().map(|(deadline, _)| *deadline)
+    }
+
+    /// Takes the jobs whose `start_by` is due at `now` and that may be
+    /// canceled (not `keep`); each with the Unix time it asked for.
+    pub(super) fn take_expired(
+        &mut self,
+        now: Instant,
+        keep: impl Fn(JobId) -> bool,
+    ) -> Vec<(JobId, f64)> {
+        let due: Vec<(Instant, JobId)> = self
+            .start_by
+            .iter()
+            .take_while(|(deadline, _)| *deadline <= now)
+            .filter(|(_, id)| !keep(*id))
+            .copied()
+            .collect();
+        due.into_iter()
+            .map(|(deadline, id)| {
+                self.start_by.remove(&(deadline, id));
+                let (_, secs) = self.start_by_secs.remove(&id).unwrap_or((deadline, 0.0));
+                (id, secs)
+            })
+            .collect()
     }
 
     /// Works out what the rules and reasons make of `job`; `queued`:
@@ -60,10 +139,17 @@ impl Scheduling {
     }
 
     /// The job is finished or gone.
-    pub(super) fn forget(&mut self, id: JobId) {
+    pub(super) fn forget(&mut self, job: &Job) {
+        let id = job.id;
         self.applying.remove(&id);
         self.buckets.remove(&id);
         self.rejected.remove(&id);
+        if let Some(key) = unique_key(job)
+            && self.unique.get(key) == Some(&id)
+        {
+            self.unique.remove(key);
+        }
+        self.started(id);
     }
 
     /// New rules, in any order; every unfinished job is classified again
@@ -141,6 +227,31 @@ impl Scheduling {
         for id in self.applying.keys().chain(self.buckets.keys()) {
             assert!(jobs.contains_key(id), "job {id} is classified yet gone");
         }
+        for (key, id) in &self.unique {
+            let job = jobs.get(id).expect("a unique key's job is unfinished");
+            assert_eq!(unique_key(job), Some(key.as_str()), "job {id}'s unique key");
+        }
+        for job in jobs.values() {
+            if let Some(key) = unique_key(job) {
+                assert!(
+                    self.unique.contains_key(key),
+                    "job {}'s key {key} is known",
+                    job.id
+                );
+            }
+        }
+        assert_eq!(
+            self.start_by.len(),
+            self.start_by_secs.len(),
+            "the start_by indexes agree"
+        );
+        for (deadline, id) in &self.start_by {
+            assert!(
+                jobs.contains_key(id),
+                "job {id} must start by a time, yet is gone"
+            );
+            assert_eq!(self.start_by_secs.get(id).map(|(at, _)| at), Some(deadline));
+        }
         for id in &self.rejected {
             assert!(
                 self.applying(*id)
@@ -149,6 +260,46 @@ impl Scheduling {
             );
         }
     }
+}
+
+/// The wall clock against the core's: the shell reads both once when it
+/// builds the core, and a Unix time becomes a deadline on the core's
+/// clock from them (a later jump of the wall clock is not followed).
+#[derive(Clone, Copy, Debug)]
+pub struct ClockOrigin {
+    pub wall: SystemTime,
+    pub instant: Instant,
+}
+
+impl ClockOrigin {
+    pub fn now() -> ClockOrigin {
+        ClockOrigin {
+            wall: SystemTime::now(),
+            instant: Instant::now(),
+        }
+    }
+
+    /// The instant of a Unix time (the origin's, if it is before it).
+    pub fn instant_of(&self, unix_secs: f64) -> Instant {
+        let wall_secs = self
+            .wall
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0.0, |since| since.as_secs_f64());
+        let ahead = unix_secs - wall_secs;
+        if ahead <= 0.0 || !ahead.is_finite() {
+            return self.instant;
+        }
+        self.instant
+            + Duration::try_from_secs_f64(ahead).unwrap_or(Duration::from_secs(u32::MAX.into()))
+    }
+}
+
+/// The result of the opcodes of a job a `start_by` canceled.
+fn not_started_by(unix_secs: f64) -> Value {
+    Value::String(format!(
+        "Job canceled: not started by {} (start_by {unix_secs})",
+        crate::text::utc_time(unix_secs)
+    ))
 }
 
 /// The result of the opcodes of a job a `REJECT` rule canceled.
@@ -175,11 +326,38 @@ impl QueueCore {
             let mut job = job.clone();
             job.finish_unfinished(Status::Canceled, &rejected_by(&rule.uuid));
             self.ask(
-                Pending::Rejected { job: job.clone() },
+                Pending::SchedulerCanceled { job: job.clone() },
                 Action::WriteJob(job),
                 effects,
             );
         }
+    }
+
+    /// Queued jobs whose `start_by` passed are canceled (new ones once
+    /// committed).
+    pub(super) fn cancel_expired(&mut self, now: Instant, effects: &mut Vec<Effect>) {
+        let new_jobs = &self.new_jobs;
+        let runners = &self.runners;
+        let expired = self.scheduling.take_expired(now, |id| {
+            new_jobs.contains(&id) || runners.contains_key(&id)
+        });
+        for (id, secs) in expired {
+            let Some(job) = self.jobs.get(&id) else {
+                continue;
+            };
+            let mut job = job.clone();
+            job.finish_unfinished(Status::Canceled, &not_started_by(secs));
+            self.ask(
+                Pending::SchedulerCanceled { job: job.clone() },
+                Action::WriteJob(job),
+                effects,
+            );
+        }
+    }
+
+    /// The unfinished job whose unique key is `key`.
+    pub fn live_unique(&self, key: &str) -> Option<JobId> {
+        self.scheduling.live_unique(key)
     }
 
     /// The rules, in the order they apply.
