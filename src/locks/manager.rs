@@ -376,6 +376,73 @@ impl LockManager {
         listing
     }
 
+    /// The pending request of an owner.
+    pub fn pending_of(&self, owner: &Owner) -> Option<PendingRequest> {
+        let (owner, pending) = self.pending.get_key_value(owner)?;
+        Some(PendingRequest {
+            priority: pending.priority,
+            owner: Arc::clone(owner),
+            request: pending.request.to_vec(),
+        })
+    }
+
+    /// The pending requests of the owners that are job `job` (one, but for
+    /// a dead runner's successor), in owner order.
+    pub fn pending_of_job(&self, job: u64) -> Vec<PendingRequest> {
+        let mut found: Vec<PendingRequest> = self
+            .pending
+            .keys()
+            .filter(|owner| owner.ident == crate::locks::owner::Ident::Job(job))
+            .filter_map(|owner| self.pending_of(owner))
+            .collect();
+        found.sort_unstable_by(|a, b| a.owner.cmp(&b.owner));
+        found
+    }
+
+    /// What `holder` holds of the locks of `request`: each lock, its
+    /// group, or (for a group) up to `members_max` of its members.
+    pub fn held_of(
+        &self,
+        holder: &Owner,
+        request: &[Entry],
+        members_max: usize,
+    ) -> Vec<(LockName, Mode)> {
+        let Some(holdings) = self.allocation.holdings(holder) else {
+            return Vec::new();
+        };
+        let mut held = Vec::new();
+        for entry in request {
+            let lock = &entry.lock;
+            if let Some(mode) = holdings.get(lock) {
+                held.push((lock.clone(), *mode));
+            }
+            if let Some(group) = lock.group()
+                && let Some(mode) = holdings.get(&group)
+            {
+                held.push((group, *mode));
+            }
+            if lock.is_group() {
+                held.extend(
+                    holdings
+                        .iter()
+                        .filter(|(member, _)| member.group().as_ref() == Some(lock))
+                        .take(members_max)
+                        .map(|(member, mode)| (member.clone(), *mode)),
+                );
+            }
+        }
+        held.sort();
+        held.dedup();
+        held
+    }
+
+    /// How many locks `holder` holds.
+    pub fn held_count(&self, holder: &Owner) -> usize {
+        self.allocation
+            .holdings(holder)
+            .map_or(0, |held| held.len())
+    }
+
     /// Every owner holding a lock or waiting for one, in owner order: the
     /// owners death detection must probe.
     pub fn owners(&self) -> Vec<OwnerRef> {

@@ -43,6 +43,7 @@ use super::core::{
     RunnerSignal,
 };
 mod events;
+mod why;
 mod wire;
 mod workers;
 
@@ -113,6 +114,10 @@ struct Shell {
     held_submissions: HashMap<u64, workers::HeldSubmission>,
     submission_of: HashMap<Conn, u64>,
     next_submission: u64,
+    /// `WhyJob`s held for wconfd's `explainWait`.
+    held_whys: HashMap<u64, why::HeldWhy>,
+    why_of: HashMap<Conn, u64>,
+    next_why: u64,
     /// Runner processes by pidfd token, with their job.
     processes: HashMap<Token, (JobId, Process)>,
     livelock_watches: HashMap<WatchDescriptor, JobId>,
@@ -220,6 +225,9 @@ impl Server {
             notice_cursor: None,
             held_submissions: HashMap::new(),
             submission_of: HashMap::new(),
+            held_whys: HashMap::new(),
+            why_of: HashMap::new(),
+            next_why: 0,
             next_submission: 0,
             processes: HashMap::new(),
             livelock_watches: HashMap::new(),
@@ -351,7 +359,7 @@ impl Server {
         let committed = self.shell.run(Input::EndTurn);
         self.settle_watchers();
         for token in self.connections.expired(Instant::now()) {
-            if self.shell.expire_submission(Conn(token.0)) {
+            if self.shell.expire_submission(Conn(token.0)) || self.shell.expire_why(Conn(token.0)) {
                 continue;
             }
             if let Some(reply) = self.shell.events.expire(Conn(token.0)) {

@@ -113,6 +113,10 @@ pub enum LuxiRequest {
         uuids: Option<Vec<String>>,
         fields: Vec<String>,
     },
+    /// *(extension)* Why the job is not running (SCHEDULING.md "Why").
+    WhyJob {
+        id: JobId,
+    },
 }
 
 impl LuxiRequest {
@@ -269,6 +273,9 @@ impl LuxiRequest {
                     reason: reason.to_vec(),
                 }
             }
+            "WhyJob" => WhyJob {
+                id: job_id(&arity(1)?, 0)?,
+            },
             "DeleteFilter" => DeleteFilter {
                 uuid: filter_uuid(&arity(1)?, 0)?,
             },
@@ -314,6 +321,7 @@ impl LuxiRequest {
             ReplaceFilter { .. } => "ReplaceFilter",
             DeleteFilter { .. } => "DeleteFilter",
             QueryFilters { .. } => "QueryFilters",
+            WhyJob { .. } => "WhyJob",
         }
     }
 
@@ -364,6 +372,7 @@ impl LuxiRequest {
             ],
             DeleteFilter { uuid } => vec![json!(uuid)],
             QueryFilters { uuids, fields } => vec![json!(uuids), json!(fields)],
+            WhyJob { id } => vec![json!(id)],
         };
         Request {
             method: self.method().to_owned(),

@@ -60,6 +60,12 @@ pub enum WconfdRequest {
     /// *(extension)* Every pending request with how long it has waited and
     /// who blocks it.
     ListWaiters,
+    /// *(extension)* Why a job's owner waits: its pending request, the
+    /// owners blocking it, what they hold of it and whether they wait
+    /// themselves, recursively (SCHEDULING.md "Why").
+    ExplainWait {
+        job: u64,
+    },
     TryUpdateLocks {
         owner: Owner,
         request: Vec<Entry>,
@@ -196,6 +202,7 @@ impl WconfdRequest {
             | ListAllLocksOwners
             | ListLocksWaitingStatus
             | ListWaiters
+            | ExplainWait { .. }
             | RegisterWorker { .. }
             | DeregisterWorker { .. }
             | SetWorkerState { .. }
@@ -229,6 +236,16 @@ impl WconfdRequest {
             "listAllLocksOwners" => nothing(arity(0)?, ListAllLocksOwners),
             "listLocksWaitingStatus" => nothing(arity(0)?, ListLocksWaitingStatus),
             "listWaiters" => nothing(arity(0)?, ListWaiters),
+            "explainWait" => {
+                let args = arity(1)?;
+                ExplainWait {
+                    job: args
+                        .get(0)
+                        .as_u64()
+                        .filter(|job| *job > 0)
+                        .ok_or_else(|| args.bad(0, "is not a job id"))?,
+                }
+            }
             "writeConfig" => {
                 let args = arity(2)?;
                 WriteConfig {
@@ -490,6 +507,7 @@ impl WconfdRequest {
             ListAllLocksOwners => "listAllLocksOwners",
             ListLocksWaitingStatus => "listLocksWaitingStatus",
             ListWaiters => "listWaiters",
+            ExplainWait { .. } => "explainWait",
             TryUpdateLocks { .. } => "tryUpdateLocks",
             UpdateLocksWaiting { .. } => "updateLocksWaiting",
             AwaitLocks { .. } => "awaitLocks",
@@ -532,6 +550,7 @@ impl WconfdRequest {
             | ListAllLocksOwners
             | ListLocksWaitingStatus
             | ListWaiters => Vec::new(),
+            ExplainWait { job } => vec![json!(job)],
             WriteConfig { owner, config } | WriteConfigAndUnlock { owner, config } => {
                 vec![encode_owner(owner), config.clone()]
             }
@@ -1119,6 +1138,7 @@ mod tests {
                 ListLocksWaitingStatus,
                 ListWaiters,
             ]),
+            (1u64..1_000_000).prop_map(|job| ExplainWait { job }),
             (owner_strategy(), config()).prop_map(|(owner, config)| WriteConfig { owner, config }),
             (owner_strategy(), config())
                 .prop_map(|(owner, config)| WriteConfigAndUnlock { owner, config }),

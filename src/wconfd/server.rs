@@ -33,10 +33,12 @@ use super::{DaemonError, io_error, unix_now};
 use crate::connection::{self, Connections, Handler, Peer, Reply};
 use crate::daemon::{self, Admission};
 use crate::liveness::{self, Livelock};
-use crate::locks::{Entry, Level, LockManager, LockName, LockOp, Mode, OpOutcome, Owner, Priority};
+use crate::locks::{
+    Entry, Level, LockManager, LockName, LockOp, Mode, OpOutcome, Owner, PendingRequest, Priority,
+};
 use crate::protocol::wconfd::{
     DecodeLimits, WconfdRequest, encode_entry, encode_lock_modes, encode_locks,
-    encode_locks_owners, encode_owners, encode_pending, encode_waiter, lock_error,
+    encode_locks_owners, encode_owner, encode_owners, encode_pending, encode_waiter, lock_error,
 };
 use crate::protocol::{WireError, parse_request};
 use crate::settings::Settings;
@@ -545,6 +547,7 @@ impl State {
                 encode_pending(&self.manager.list_pending())
             ])),
             R::ListWaiters => Ok(self.list_waiters()),
+            R::ExplainWait { job } => Ok(self.explain_wait(job)),
             R::HasPendingRequest { owner } => Ok(json!(self.manager.has_pending_request(&owner))),
             R::TryUpdateLocks { owner, request } => {
                 update_reply(self.run(LockOp::TryUpdate { owner, request }))
@@ -1048,6 +1051,92 @@ impl State {
         )
     }
 }
+
+impl State {
+    /// `explainWait` *(extension)*: each pending request of the job's
+    /// owners as a chain of whom it waits for (see [`State::explain`]).
+    fn explain_wait(&self, job: u64) -> Value {
+        let now = Instant::now();
+        let mut budget = EXPLAIN_NODES_MAX;
+        Value::Array(
+            self.manager
+                .pending_of_job(job)
+                .iter()
+                .map(|pending| {
+                    let mut path = vec![Arc::clone(&pending.owner)];
+                    self.explain(pending, now, &mut path, &mut budget)
+                })
+                .collect(),
+        )
+    }
+
+    /// A pending request, its wait so far, and each owner blocking it now:
+    /// what it holds of the request, how many locks it holds, and, if it
+    /// waits too, why (recursively; an owner already on `path` is a
+    /// deadlock and is marked, not followed). At most `budget` blockers are
+    /// described in all; the rest are named only.
+    fn explain(
+        &self,
+        pending: &PendingRequest,
+        now: Instant,
+        path: &mut Vec<Arc<Owner>>,
+        budget: &mut usize,
+    ) -> Value {
+        let waited = self
+            .waiting_since
+            .get(&pending.owner)
+            .map_or(0.0, |since| now.duration_since(*since).as_secs_f64());
+        let blockers: Vec<Value> = self
+            .manager
+            .blockers(&pending.owner, &pending.request)
+            .iter()
+            .map(|blocker| {
+                let owner = encode_owner(blocker);
+                if *budget == 0 {
+                    return json!({"owner": owner, "truncated": true});
+                }
+                *budget -= 1;
+                let holds: Vec<Value> = self
+                    .manager
+                    .held_of(blocker, &pending.request, EXPLAIN_MEMBERS_MAX)
+                    .iter()
+                    .map(|(lock, mode)| json!([lock.to_string(), mode.as_str()]))
+                    .collect();
+                let waits = match self.manager.pending_of(blocker) {
+                    None => Value::Null,
+                    Some(_) if path.iter().any(|seen| **seen == **blocker) => {
+                        json!({"deadlock": true})
+                    }
+                    Some(next) => {
+                        path.push(Arc::clone(&next.owner));
+                        let why = self.explain(&next, now, path, budget);
+                        path.pop();
+                        why
+                    }
+                };
+                json!({
+                    "owner": owner,
+                    "holds": holds,
+                    "holds_count": self.manager.held_count(blocker),
+                    "waits": waits,
+                })
+            })
+            .collect();
+        json!({
+            "owner": encode_owner(&pending.owner),
+            "priority": pending.priority,
+            "request": pending.request.iter().map(encode_entry).collect::<Vec<_>>(),
+            "waiting_seconds": waited,
+            "blockers": blockers,
+        })
+    }
+}
+
+/// The most blockers one `explainWait` describes (a chain through a
+/// thousand owners is already more than anyone reads).
+const EXPLAIN_NODES_MAX: usize = 1_000;
+/// The most members of a group lock shown as held by one blocker.
+const EXPLAIN_MEMBERS_MAX: usize = 10;
 
 /// An owner must have its livelock in the livelock directory, and an
 /// unprivileged peer may act only as owners of its own pid.

@@ -47,3 +47,4 @@ mod wconfd_liveness;
 mod wconfd_rpc;
 mod wconfd_security;
 mod wconfd_workers;
+mod why;

@@ -83,6 +83,11 @@ impl Scheduling {
         }
     }
 
+    /// The Unix time a queued job must start by.
+    pub(super) fn start_by_of(&self, id: JobId) -> Option<f64> {
+        self.start_by_secs.get(&id).map(|(_, secs)| *secs)
+    }
+
     /// The earliest `start_by` deadline.
     pub(super) fn next_deadline(&self) -> Option<Instant> {
         self.start_by.first().map(|(deadline, _)| *deadline)

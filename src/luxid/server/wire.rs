@@ -132,6 +132,7 @@ impl Shell {
                 }
             }
             LuxiRequest::DeleteFilter { uuid } => Command::DeleteFilter { uuid },
+            LuxiRequest::WhyJob { id } => return self.why_job(conn, id),
             LuxiRequest::QueryFilters { uuids, fields } => {
                 return Reply::Now(
                     crate::query::filters::query_filters(

@@ -45,6 +45,12 @@ pub enum WconfdCall {
     WorkerPrepared {
         of: PrepareOf,
     },
+    /// wconfd's explanation of job `job`'s lock wait, for held `WhyJob`
+    /// `why`.
+    ExplainWait {
+        why: u64,
+        job: JobId,
+    },
 }
 
 /// A submission held while wconfd checks its workers requests.
@@ -78,6 +84,9 @@ impl std::fmt::Display for WconfdCall {
             WconfdCall::ReleaseWorkers { id } => write!(f, "releasing job {id}'s workers"),
             WconfdCall::WorkerPrepared { of } => {
                 write!(f, "reporting prepare {} of worker {}", of.seq, of.uuid)
+            }
+            WconfdCall::ExplainWait { job, .. } => {
+                write!(f, "asking why job {job} waits for its locks")
             }
         }
     }
@@ -232,6 +241,11 @@ impl Shell {
                 (WconfdCall::CheckWorkers { submission, index }, answer) => {
                     let refusal = answer.err().map(|error| failure_text(&error));
                     self.checked(submission, index, refusal);
+                }
+                (WconfdCall::ExplainWait { why, job }, answer) => {
+                    let chain = answer
+                        .unwrap_or_else(|error| serde_json::json!({"error": failure_text(&error)}));
+                    self.explained(why, job, chain);
                 }
                 (WconfdCall::FreeLocks { id }, Ok(_)) => {
                     tracing::debug!(job = id, "wconfd freed a dead job's locks");
