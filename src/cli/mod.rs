@@ -11,6 +11,7 @@ mod jobs;
 mod launcher;
 mod locks;
 mod output;
+mod why;
 mod workers;
 
 use std::path::{Path, PathBuf};
@@ -129,6 +130,11 @@ enum Command {
     },
     /// Are the daemons up; jobs per status; locks held and waited for
     Status,
+    /// Why a job is not running: dependencies, slots, filter rules, rate limits, workers, and who holds the locks it waits for, down to the root
+    Why {
+        /// The job
+        id: u64,
+    },
     /// Both daemons' events (job changes, grants, workers, ...), merged by time; --follow for more as they happen
     Events(events::EventsArgs),
     /// Run a reporter in the foreground: metrics (Prometheus, statsd) and hooks from the events; one of several is elected
@@ -248,6 +254,7 @@ fn execute(cli: &Cli, root: &Path, output: &Output) -> CliResult<Exit> {
         Command::Drain { state } => done(jobs::drain(root, output, state == "on")),
         Command::Locks { tree } => done(locks::locks(root, output, *tree)),
         Command::Status => locks::status(root, output),
+        Command::Why { id } => done(why::why(root, output, *id)),
         Command::Events(args) => done(events::events(root, output, args)),
         Command::Reporter => {
             crate::logging::init();

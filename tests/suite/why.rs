@@ -83,16 +83,34 @@ fn a_job_waiting_for_locks_is_explained_down_to_the_root_holder() {
         Value::Null,
         "the root waits for no one: {answer}"
     );
-    // `warden locks --tree` names the same chain.
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
-        .arg("--root")
-        .arg(cluster.root().path())
-        .args(["locks", "--tree", "--json"])
-        .output()
-        .expect("run warden");
-    let tree: Value = serde_json::from_slice(&output.stdout).expect("JSON");
-    let text = tree.to_string();
-    assert!(text.contains("900") && text.contains("901"), "{text}");
+    // `warden why` tells the same chain, and `warden locks --tree` has
+    // the same owners in the same order: the root owner above the one it
+    // blocks, above the job.
+    let warden = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+            .arg("--root")
+            .arg(cluster.root().path())
+            .args(args)
+            .output()
+            .expect("run warden");
+        assert!(output.status.success(), "warden {args:?}: {output:?}");
+        String::from_utf8(output.stdout).expect("UTF-8")
+    };
+    let told = warden(&["why", &job.to_string()]);
+    let (by_middle, by_root) = (
+        told.find("blocked by job 901, holding instance/a exclusive"),
+        told.find("blocked by job 900, holding instance/b exclusive"),
+    );
+    assert!(by_middle.is_some() && by_root > by_middle, "{told}");
+    let tree = warden(&["locks", "--tree"]);
+    let at = |what: &str| {
+        tree.find(what)
+            .unwrap_or_else(|| panic!("{what} in {tree}"))
+    };
+    assert!(
+        at("job 900") < at("job 901") && at("job 901") < at(&format!("job {job}")),
+        "{tree}"
+    );
     // Once both owners are gone, the job gets its lock.
     drop(root);
     drop(middle);
