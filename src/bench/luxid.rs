@@ -1049,7 +1049,13 @@ impl Cluster {
             };
             let request = crate::protocol::Request {
                 method: "ReplaceFilter".to_owned(),
-                args: vec![Value::Null, json!(index % 10), predicates, action, json!([])],
+                args: vec![
+                    Value::Null,
+                    json!(index % 10),
+                    predicates,
+                    action,
+                    json!([]),
+                ],
             };
             result_of(luxid.call(&frame(&request))?)
                 .context(|| format!("ReplaceFilter of rule {index}"))?;
