@@ -18,7 +18,7 @@ use serde_json::Value;
 use crate::jobs::JobId;
 use crate::limits::{CLIENT_IO_TIMEOUT, READ_CHUNK_BYTES};
 use crate::locks::{Entry, LockName, Mode, Owner, Priority};
-use crate::protocol::luxi::LuxiRequest;
+use crate::protocol::luxi::{LuxiRequest, ReplaceFilterCall};
 use crate::protocol::wconfd::WconfdRequest;
 use crate::protocol::{FrameError, FrameReader, Request};
 
@@ -450,6 +450,48 @@ impl Client {
         }
     }
 
+    /// `ReplaceFilter`: the rule's uuid (a new one if `call.uuid` is
+    /// `None`). A rule luxid refuses is a [`ClientError::Failed`] naming
+    /// the bad part.
+    pub fn replace_filter(&mut self, call: &ReplaceFilterCall) -> Result<String, ClientError> {
+        match self.request(&call.encode())? {
+            Value::String(uuid) => Ok(uuid),
+            other => Err(self.malformed("ReplaceFilter", &other)),
+        }
+    }
+
+    /// `DeleteFilter`: the rule of `uuid` removed.
+    pub fn delete_filter(&mut self, uuid: &str) -> Result<(), ClientError> {
+        self.luxi(&LuxiRequest::DeleteFilter {
+            uuid: uuid.to_owned(),
+        })
+        .map(drop)
+    }
+
+    /// `QueryFilters`: one row per rule of `uuids` (`None`: every rule),
+    /// in uuid order, each a list of the `fields`' values; a uuid of no
+    /// rule gives no row.
+    pub fn query_filters(
+        &mut self,
+        uuids: Option<&[String]>,
+        fields: &[&str],
+    ) -> Result<Vec<Value>, ClientError> {
+        let answer = self.luxi(&LuxiRequest::QueryFilters {
+            uuids: uuids.map(<[String]>::to_vec),
+            fields: fields.iter().map(|field| (*field).to_owned()).collect(),
+        })?;
+        match answer {
+            Value::Array(rows)
+                if rows
+                    .iter()
+                    .all(|row| row.as_array().is_some_and(|row| row.len() == fields.len())) =>
+            {
+                Ok(rows)
+            }
+            other => Err(self.malformed("QueryFilters", &other)),
+        }
+    }
+
     fn done_and_message(&self, method: &str, answer: Value) -> Result<(bool, String), ClientError> {
         match answer.as_array().map(Vec::as_slice) {
             Some([Value::Bool(done), Value::String(message)]) => Ok((*done, message.clone())),
@@ -729,6 +771,53 @@ mod tests {
                 json!({"method": "WaitForJobChange", "args": [3, ["status"], null, 0, 2.0]}),
                 json!({"method": "AutoArchiveJobs", "args": [-1, 0.5]}),
                 json!({"method": "QueryJobs", "args": [null, ["id"]]}),
+            ]
+        );
+    }
+
+    #[test]
+    fn filter_calls_send_the_rule_as_given_and_decode_the_answers() {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let mut client = Client {
+            daemon: Daemon::Luxid,
+            stream: ours,
+            reader: FrameReader::new(4096),
+        };
+        let uuid = "0f4c8e9a-1b2c-4d3e-8f90-a1b2c3d4e5f6";
+        let daemon = fake_daemon(
+            theirs,
+            vec![
+                r#"{"success": true, "result": "0f4c8e9a-1b2c-4d3e-8f90-a1b2c3d4e5f6"}"#,
+                r#"{"success": true, "result": [["0f4c8e9a-1b2c-4d3e-8f90-a1b2c3d4e5f6", 3]]}"#,
+                r#"{"success": true, "result": null}"#,
+                r#"{"success": true, "result": [["too", "many", "values"]]}"#,
+            ],
+        );
+        // Predicates luxid would refuse go as they are: luxid judges them.
+        let call = ReplaceFilterCall {
+            uuid: None,
+            priority: 3,
+            predicates: json!([["nodeid", null]]),
+            action: crate::scheduling::filters::Action::RateLimit(2),
+            reason: vec![json!(["warden:client:filter", "why", 1])],
+        };
+        assert_eq!(client.replace_filter(&call).unwrap(), uuid);
+        assert_eq!(
+            client.query_filters(None, &["uuid", "priority"]).unwrap(),
+            vec![json!([uuid, 3])]
+        );
+        client.delete_filter(uuid).unwrap();
+        assert!(matches!(
+            client.query_filters(Some(&[uuid.to_owned()]), &["uuid"]),
+            Err(ClientError::Protocol { .. })
+        ));
+        assert_eq!(
+            daemon.join().unwrap(),
+            vec![
+                json!({"method": "ReplaceFilter", "args": [null, 3, [["nodeid", null]], ["RATE_LIMIT", 2], [["warden:client:filter", "why", 1]]]}),
+                json!({"method": "QueryFilters", "args": [null, ["uuid", "priority"]]}),
+                json!({"method": "DeleteFilter", "args": [uuid]}),
+                json!({"method": "QueryFilters", "args": [[uuid], ["uuid"]]}),
             ]
         );
     }

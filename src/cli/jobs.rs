@@ -244,18 +244,13 @@ fn exec_opcode(args: &ExecArgs) -> CliResult<Value> {
         opcode.insert("cwd".to_owned(), json!(cwd));
     }
     if !args.rate_limits.is_empty() {
-        let now_ns = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| since.as_nanos());
         let reasons = args
             .rate_limits
             .iter()
             .map(|limit| {
                 let text = format!("rate-limit:{limit}");
                 match crate::scheduling::rate_limit::Bucket::of_reason(&text) {
-                    Some(_) if limit.contains(':') => {
-                        Ok(json!(["warden:client:exec", text, now_ns]))
-                    }
+                    Some(_) if limit.contains(':') => Ok(reason_entry("exec", &text)),
                     _ => Err(CliError::usage(format!(
                         "--rate-limit {limit}: expected N:LABEL with N a positive integer"
                     ))),
@@ -265,6 +260,16 @@ fn exec_opcode(args: &ExecArgs) -> CliResult<Value> {
         opcode.insert("reason".to_owned(), Value::Array(reasons));
     }
     Ok(Value::Object(opcode))
+}
+
+/// A reason entry of the command `command` (`exec`, `filter`), as
+/// Ganeti's clients make theirs: `["warden:client:<command>", text,
+/// <nanoseconds since the epoch>]`.
+pub fn reason_entry(command: &str, text: &str) -> Value {
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos());
+    json!([format!("warden:client:{command}"), text, now_ns])
 }
 
 /// `node/n1` or `node/n1:exclusive` → `["node/n1", "exclusive"]`;

@@ -7,6 +7,7 @@
 
 mod demo;
 mod events;
+mod filters;
 mod jobs;
 mod launcher;
 mod locks;
@@ -142,6 +143,9 @@ enum Command {
     /// The workers jobs hold while they run: list, register, let in, fail, ...
     #[command(subcommand)]
     Workers(workers::WorkersCommand),
+    /// luxid's job filter rules (Ganeti's gnt-filter): add, list, info, replace, delete
+    #[command(subcommand)]
+    Filter(filters::FilterCommand),
     /// Print a shell completion script (e.g. `warden completions bash > /etc/bash_completion.d/warden`)
     Completions { shell: clap_complete::Shell },
 }
@@ -209,10 +213,17 @@ impl From<ClientError> for CliError {
 }
 
 /// A daemon's error arguments as one line: Ganeti's errors carry the
-/// message first (`OpPrereqError` adds an error code after it).
+/// message first (`OpPrereqError` adds an error code after it). A message
+/// of several lines (a regular expression's error points at the bad
+/// character on a line of its own) is joined into one.
 fn refusal_message(args: &[Value]) -> String {
     match args.first() {
-        Some(Value::String(text)) => text.clone(),
+        Some(Value::String(text)) => text
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty())
+            .collect::<Vec<_>>()
+            .join(" "),
         Some(other) => other.to_string(),
         None => "refused without a reason".to_owned(),
     }
@@ -262,6 +273,7 @@ fn execute(cli: &Cli, root: &Path, output: &Output) -> CliResult<Exit> {
             Ok(Exit::Success)
         }
         Command::Workers(command) => done(workers::run(root, output, command)),
+        Command::Filter(command) => done(filters::run(root, output, command)),
         Command::Completions { shell } => {
             clap_complete::generate(
                 *shell,
@@ -322,5 +334,16 @@ mod tests {
         });
         assert_eq!(error.exit, Exit::Refused);
         assert_eq!(error.message, "Unknown opcode 'OP_X'");
+        let error = CliError::from(ClientError::Failed {
+            daemon: "luxid",
+            class: "OpPrereqError".to_owned(),
+            args: vec![Value::String(
+                "predicate 0: Invalid regular expression: regex parse error:\n    (\n    ^\nerror: unclosed group".to_owned(),
+            )],
+        });
+        assert_eq!(
+            error.message,
+            "predicate 0: Invalid regular expression: regex parse error: ( ^ error: unclosed group"
+        );
     }
 }

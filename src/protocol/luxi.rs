@@ -23,6 +23,7 @@ use crate::limits::{QUERY_FIELDS_MAX, SUBMIT_MANY_JOBS_MAX, WAIT_FOR_CHANGE_SECO
 use crate::text::shortened;
 
 use super::events::WatchEvents;
+use crate::scheduling::filters::Action;
 use crate::scheduling::{RuleParts, decode_rule};
 
 /// Every LUXI method luxid serves.
@@ -363,13 +364,13 @@ impl LuxiRequest {
             } => vec![json!(what), json!(fields), filter.clone()],
             QueryFields { what, fields } => vec![json!(what), json!(fields)],
             WatchEvents(watch) => watch.encode(),
-            ReplaceFilter { uuid, rule, reason } => vec![
-                json!(uuid),
-                json!(rule.priority),
-                rule.predicates_json.clone(),
-                rule.action.to_json(),
-                json!(reason),
-            ],
+            ReplaceFilter { uuid, rule, reason } => replace_filter_args(
+                uuid.as_deref(),
+                rule.priority,
+                &rule.predicates_json,
+                &rule.action,
+                reason,
+            ),
             DeleteFilter { uuid } => vec![json!(uuid)],
             QueryFilters { uuids, fields } => vec![json!(uuids), json!(fields)],
             WhyJob { id } => vec![json!(id)],
@@ -379,6 +380,55 @@ impl LuxiRequest {
             args,
         }
     }
+}
+
+/// A `ReplaceFilter` as a client sends it: the rule's predicates as the
+/// user wrote them, unchecked, so that luxid judges them and its refusal
+/// names the bad part. ([`LuxiRequest::ReplaceFilter`] is what luxid
+/// decoded: a checked rule.) Both encode through one function.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplaceFilterCall {
+    /// `None`: a new rule.
+    pub uuid: Option<String>,
+    pub priority: u64,
+    /// A list of `[kind, filter]`, as JSON.
+    pub predicates: Value,
+    pub action: Action,
+    /// `[source, text, timestamp]` entries.
+    pub reason: Vec<Value>,
+}
+
+impl ReplaceFilterCall {
+    pub fn encode(&self) -> Request {
+        Request {
+            method: "ReplaceFilter".to_owned(),
+            args: replace_filter_args(
+                self.uuid.as_deref(),
+                self.priority,
+                &self.predicates,
+                &self.action,
+                &self.reason,
+            ),
+        }
+    }
+}
+
+/// `ReplaceFilter`'s arguments: `[uuid|null, priority, predicates,
+/// action, reason]`.
+fn replace_filter_args(
+    uuid: Option<&str>,
+    priority: u64,
+    predicates: &Value,
+    action: &Action,
+    reason: &[Value],
+) -> Vec<Value> {
+    vec![
+        json!(uuid),
+        json!(priority),
+        predicates.clone(),
+        action.to_json(),
+        json!(reason),
+    ]
 }
 
 /// The check of a `SubmitManyJobs`'s size, made once the queue is known
@@ -575,6 +625,15 @@ mod tests {
         assert_eq!(reason, &vec![json!(["gnt:user", "why", 5])]);
         let encoded = replace.encode();
         assert_eq!(LuxiRequest::decode(&encoded), Ok(replace));
+        // A client's call of the same rule is the same request.
+        let call = ReplaceFilterCall {
+            uuid: Some("0f4c8e9a-1b2c-4d3e-8f90-a1b2c3d4e5f6".to_owned()),
+            priority: 2,
+            predicates: json!([["jobid", [">", "id", "watermark"]]]),
+            action: crate::scheduling::filters::Action::RateLimit(3),
+            reason: vec![json!(["gnt:user", "why", 5])],
+        };
+        assert_eq!(call.encode(), encoded);
         assert_eq!(
             decode("QueryFilters", json!([null, ["uuid"]])),
             Ok(LuxiRequest::QueryFilters {

@@ -85,7 +85,8 @@ fn decode_predicate(value: &Value) -> Result<Predicate, String> {
     }
 }
 
-fn decode_action(value: &Value) -> Result<Action, String> {
+/// An action from its wire form (`"PAUSE"`, `["RATE_LIMIT", n]`).
+pub fn decode_action(value: &Value) -> Result<Action, String> {
     match value {
         Value::String(name) => match name.as_str() {
             "ACCEPT" => Ok(Action::Accept),

@@ -16,11 +16,11 @@ use crate::daemon::{DEADLINE, Root, wait_for_exit, wait_until};
 use crate::luxid::Cluster;
 
 /// Exit codes of `warden` (`warden --help`).
-const SUCCESS: i32 = 0;
+pub(crate) const SUCCESS: i32 = 0;
 const UNSUCCESSFUL: i32 = 1;
-const USAGE: i32 = 2;
+pub(crate) const USAGE: i32 = 2;
 const DAEMON_DOWN: i32 = 3;
-const REFUSED: i32 = 4;
+pub(crate) const REFUSED: i32 = 4;
 const FAILURE: i32 = 5;
 
 fn warden_binary() -> &'static str {
@@ -28,7 +28,7 @@ fn warden_binary() -> &'static str {
 }
 
 /// `warden --root ROOT ARGS...`, run to its end.
-fn warden(root: &Path, args: &[&str]) -> Output {
+pub(crate) fn warden(root: &Path, args: &[&str]) -> Output {
     warden_with_input(root, args, None)
 }
 
@@ -60,20 +60,20 @@ fn warden_with_input(root: &Path, args: &[&str], input: Option<&str>) -> Output 
     child.wait_with_output().expect("run warden")
 }
 
-fn code(output: &Output) -> i32 {
+pub(crate) fn code(output: &Output) -> i32 {
     output.status.code().expect("warden exits, not killed")
 }
 
-fn stdout(output: &Output) -> String {
+pub(crate) fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn stderr(output: &Output) -> String {
+pub(crate) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// Runs `warden ARGS` expecting `expected` as exit code; its output.
-fn expect(root: &Path, args: &[&str], expected: i32) -> Output {
+pub(crate) fn expect(root: &Path, args: &[&str], expected: i32) -> Output {
     let output = warden(root, args);
     assert_eq!(
         code(&output),
@@ -86,7 +86,7 @@ fn expect(root: &Path, args: &[&str], expected: i32) -> Output {
 }
 
 /// Runs `warden --json ARGS`, expecting success; its JSON document.
-fn json_of(root: &Path, args: &[&str]) -> Value {
+pub(crate) fn json_of(root: &Path, args: &[&str]) -> Value {
     let mut all = vec!["--json"];
     all.extend_from_slice(args);
     let output = expect(root, &all, SUCCESS);
@@ -99,7 +99,7 @@ fn json_of(root: &Path, args: &[&str]) -> Value {
 }
 
 /// The one error line on stderr.
-fn error_line(output: &Output) -> String {
+pub(crate) fn error_line(output: &Output) -> String {
     let text = stderr(output);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 1, "one error line, got: {text}");
@@ -107,12 +107,12 @@ fn error_line(output: &Output) -> String {
     lines[0].to_owned()
 }
 
-fn cluster_root(cluster: &Cluster) -> PathBuf {
+pub(crate) fn cluster_root(cluster: &Cluster) -> PathBuf {
     cluster.root().path()
 }
 
 /// Submits `argv` with `warden exec --json` plus `options`; its job id.
-fn exec(root: &Path, options: &[&str], argv: &[&str]) -> u64 {
+pub(crate) fn exec(root: &Path, options: &[&str], argv: &[&str]) -> u64 {
     let mut args = vec!["exec"];
     args.extend_from_slice(options);
     args.push("--");

@@ -23,6 +23,7 @@ mod daemon;
 mod damaged_lock_state;
 mod damaged_state;
 mod events;
+mod filter_cli;
 mod ganeti_client;
 mod harness;
 mod load;

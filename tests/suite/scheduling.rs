@@ -41,7 +41,7 @@ fn wait_started(cluster: &Cluster, id: u64) {
 }
 
 /// Checks the job stays queued for `how_long`.
-fn stays_queued(cluster: &Cluster, id: u64, how_long: Duration) {
+pub(crate) fn stays_queued(cluster: &Cluster, id: u64, how_long: Duration) {
     let until = Instant::now() + how_long;
     while Instant::now() < until {
         assert_eq!(cluster.status(id), "queued", "job {id}\n{}", cluster.logs());
@@ -60,7 +60,7 @@ fn seconds(stamp: &Value) -> f64 {
 }
 
 /// The most of `ids` that ran at the same time, from their timestamps.
-fn most_at_once(cluster: &Cluster, ids: &[u64]) -> usize {
+pub(crate) fn most_at_once(cluster: &Cluster, ids: &[u64]) -> usize {
     let mut edges = Vec::new();
     for &id in ids {
         let row = cluster.query(id, &["start_ts", "end_ts"]);
