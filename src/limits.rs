@@ -124,6 +124,10 @@ pub const QUERY_FIELDS_MAX: usize = 1_000;
 /// second behind the largest one.
 pub const SUBMIT_MANY_JOBS_MAX: usize = 1_000;
 
+/// The longest `unique_key`: it is kept in memory for every unfinished
+/// job that has one.
+pub const UNIQUE_KEY_BYTES_MAX: usize = 256;
+
 /// The most job filter rules luxid keeps: every rule is tried on every
 /// job when the rules change, and each job once when it is submitted.
 pub const FILTER_RULES_MAX: usize = 1_000;

@@ -41,6 +41,13 @@ pub struct Common {
     /// *(extension)* Set by luxid alone on the opcode of a worker's
     /// prepare job: which prepare it runs.
     pub prepare_worker: Option<PrepareOf>,
+    /// *(extension)* The Unix time the job must have started by, else it
+    /// is canceled (SCHEDULING.md); only on a job's first opcode.
+    pub start_by: Option<f64>,
+    /// *(extension)* While a job with this key is unfinished, a submission
+    /// with it answers that job's id (SCHEDULING.md); only on a job's
+    /// first opcode.
+    pub unique_key: Option<String>,
 }
 
 /// The worker and the number of the prepare a prepare job runs.
@@ -154,7 +161,7 @@ pub fn parse(input: &Value) -> Result<Opcode, OpcodeError> {
 }
 
 /// The fields of Ganeti's `OpCode` base class, which every opcode has.
-const COMMON_FIELDS: [&str; 8] = [
+const COMMON_FIELDS: [&str; 10] = [
     "priority",
     "depends",
     "comment",
@@ -163,6 +170,8 @@ const COMMON_FIELDS: [&str; 8] = [
     "debug_level",
     "workers",
     "prepare_worker",
+    "start_by",
+    "unique_key",
 ];
 
 /// The fields of Ganeti 3.0's `OpTestDelay`.
@@ -178,7 +187,7 @@ const TEST_DELAY_FIELDS: [&str; 7] = [
 
 const EXEC_FIELDS: [&str; 6] = ["argv", "env", "cwd", "timeout", "locks", "stdin"];
 
-pub use crate::limits::EXEC_TIMEOUT_SECS_MAX;
+pub use crate::limits::{EXEC_TIMEOUT_SECS_MAX, UNIQUE_KEY_BYTES_MAX};
 
 /// The fields of one opcode, with errors naming the opcode and the field
 /// the way Ganeti does (`Parameter 'OP_TEST_DELAY.duration' ...`).
@@ -296,6 +305,27 @@ fn parse_common(fields: &Fields<'_>) -> Result<Common, OpcodeError> {
                 .ok_or_else(|| fields.bad("prepare_worker", "has no seq"))?,
         }),
     };
+    let start_by = match fields.get("start_by") {
+        None => None,
+        Some(value) => Some(
+            value
+                .as_f64()
+                .filter(|secs| secs.is_finite() && *secs >= 0.0)
+                .ok_or_else(|| fields.bad("start_by", "must be a Unix time in seconds"))?,
+        ),
+    };
+    let unique_key = match fields.get("unique_key") {
+        None => None,
+        Some(Value::String(key)) if !key.is_empty() && key.len() <= UNIQUE_KEY_BYTES_MAX => {
+            Some(key.clone())
+        }
+        Some(_) => {
+            return Err(fields.bad(
+                "unique_key",
+                format!("must be a text of 1 to {UNIQUE_KEY_BYTES_MAX} bytes"),
+            ));
+        }
+    };
     Ok(Common {
         priority,
         depends,
@@ -305,6 +335,8 @@ fn parse_common(fields: &Fields<'_>) -> Result<Common, OpcodeError> {
         debug_level,
         workers,
         prepare_worker,
+        start_by,
+        unique_key,
     })
 }
 

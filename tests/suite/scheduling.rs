@@ -381,3 +381,101 @@ fn the_filter_query_resource_answers_in_ganetis_shape() {
         .fails("Query", json!(["filter", ["uuid"], ["=", "bogus", 1]]));
     assert_eq!(class, "ParameterError");
 }
+
+fn wall_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64()
+}
+
+#[test]
+fn a_unique_key_answers_the_live_jobs_id_until_it_finishes() {
+    let cluster = Cluster::start();
+    let keyed = |key: &str, seconds: f64| {
+        json!([{"OP_ID": "OP_TEST_DELAY", "duration": seconds, "on_master": true,
+                "unique_key": key}])
+    };
+    let first = cluster.submit(keyed("nightly", 0.5));
+    assert_eq!(
+        cluster.submit(keyed("nightly", 0.5)),
+        first,
+        "the live job's id"
+    );
+    let many = cluster.client().ok(
+        "SubmitManyJobs",
+        json!([[
+            keyed("nightly", 0.1),
+            keyed("hourly", 0.1),
+            keyed("hourly", 0.1)
+        ]]),
+    );
+    let other = many[1][1].as_u64().expect("a new job");
+    assert_eq!(
+        many,
+        json!([[true, first], [true, other], [true, other]]),
+        "{many}"
+    );
+    assert_eq!(cluster.wait_final(first), "success");
+    let again = cluster.submit(keyed("nightly", 0.01));
+    assert!(again > other, "a finished job frees its key: {again}");
+    assert_eq!(cluster.wait_final(again), "success");
+}
+
+#[test]
+fn a_job_not_started_by_its_start_by_is_canceled() {
+    let cluster = Cluster::start_with_settings("[luxid]\nmax_running_jobs = 1\n");
+    let long = cluster.submit(delay_with_reason(1.5, "long"));
+    wait_started(&cluster, long);
+    let late = cluster.submit(json!([{"OP_ID": "OP_TEST_DELAY", "duration": 0.01,
+                                      "on_master": true, "start_by": wall_now() + 0.3}]));
+    let patient = cluster.submit(json!([{"OP_ID": "OP_TEST_DELAY", "duration": 0.01,
+                                         "on_master": true, "start_by": wall_now() + 3600.0}]));
+    assert_eq!(cluster.wait_final(late), "canceled");
+    let result = &cluster.query(late, &["opresult"])[0][0];
+    assert!(
+        result
+            .as_str()
+            .is_some_and(|text| text.contains("not started by")),
+        "{result}"
+    );
+    assert_eq!(cluster.wait_final(patient), "success", "in time");
+    assert_eq!(cluster.wait_final(long), "success");
+}
+
+#[test]
+fn bad_unique_keys_and_start_bys_are_refused_naming_the_field() {
+    let cluster = Cluster::start();
+    let delay_op = |extra: Value| {
+        let mut op = json!({"OP_ID": "OP_TEST_DELAY", "duration": 0.01, "on_master": true});
+        for (key, value) in extra.as_object().expect("fields") {
+            op[key] = value.clone();
+        }
+        op
+    };
+    let cases = [
+        (json!([delay_op(json!({"unique_key": ""}))]), "unique_key"),
+        (json!([delay_op(json!({"unique_key": 7}))]), "unique_key"),
+        (
+            json!([delay_op(json!({"unique_key": "x".repeat(300)}))]),
+            "unique_key",
+        ),
+        (json!([delay_op(json!({"start_by": "soon"}))]), "start_by"),
+        (json!([delay_op(json!({"start_by": -5}))]), "start_by"),
+        (
+            json!([delay_op(json!({})), delay_op(json!({"start_by": 1}))]),
+            "start_by",
+        ),
+        (
+            json!([delay_op(json!({})), delay_op(json!({"unique_key": "k"}))]),
+            "unique_key",
+        ),
+    ];
+    for (ops, field) in cases {
+        let (class, message) = cluster.client().fails("SubmitJob", json!([ops]));
+        assert_eq!(class, "OpPrereqError", "{ops}");
+        assert!(message.contains(field), "{ops}: {message}");
+    }
+    let rows = cluster.client().ok("QueryJobs", json!([null, ["id"]]));
+    assert_eq!(rows, json!([]), "nothing was stored");
+}

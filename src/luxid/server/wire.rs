@@ -364,6 +364,16 @@ fn build_job(ops: &Value, id: JobId, submitter: Submitter) -> Result<Job, WireEr
                 "opcode {index}: workers: only the first opcode of a job may ask for workers"
             )));
         }
+        for (field, set) in [
+            ("start_by", parsed.common.start_by.is_some()),
+            ("unique_key", parsed.common.unique_key.is_some()),
+        ] {
+            if index > 0 && set {
+                return Err(luxi::prereq(format!(
+                    "opcode {index}: {field}: only a job's first opcode may have it"
+                )));
+            }
+        }
         if submitter == Submitter::Client && parsed.common.prepare_worker.is_some() {
             return Err(luxi::prereq(format!(
                 "opcode {index}: prepare_worker is set by luxid alone"
