@@ -625,6 +625,8 @@ mod tests {
                     debug_level: 0,
                     workers: None,
                     prepare_worker: None,
+                    start_by: None,
+                    unique_key: None,
                 },
                 kind: OpKind::TestDelay(TestDelay {
                     duration: 0.5,
