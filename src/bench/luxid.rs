@@ -102,7 +102,7 @@ use rayon::prelude::*;
 use serde_json::{Value, json};
 
 const USAGE: &str = "\
-usage: luxid-bench [throughput|latency|restart|events|scheduling] [--runs N] [--quick] [--dir DIR]
+usage: luxid-bench [throughput|latency|restart|events|scheduling|why] [--runs N] [--quick] [--dir DIR]
                    [--runner PATH] [--reporter] [--filter-rules]
   --dir DIR      where the temporary roots go (default: the temp directory);
                  its file system's fsync cost bounds every submit
@@ -122,6 +122,7 @@ const RESTART_SECONDS_MAX: f64 = 2.0;
 const RESTART_RSS_BYTES_MAX: f64 = 200.0 * 1024.0 * 1024.0;
 const QUERY_P50_SECONDS_MAX: f64 = 1e-3;
 const EVENT_P50_SECONDS_MAX: f64 = 5e-3;
+const WHY_P99_SECONDS_MAX: f64 = 5e-3;
 
 /// The rules of `--filter-rules`.
 const THROUGHPUT_FILTER_RULES: usize = 100;
@@ -181,6 +182,7 @@ enum Scenario {
     Restart,
     Events,
     Scheduling,
+    Why,
 }
 
 impl bench::Scenario for Scenario {
@@ -190,6 +192,7 @@ impl bench::Scenario for Scenario {
         Scenario::Restart,
         Scenario::Events,
         Scenario::Scheduling,
+        Scenario::Why,
     ];
 
     fn name(self) -> &'static str {
@@ -199,6 +202,7 @@ impl bench::Scenario for Scenario {
             Scenario::Restart => "restart",
             Scenario::Events => "events",
             Scenario::Scheduling => "scheduling",
+            Scenario::Why => "why",
         }
     }
 }
@@ -211,6 +215,7 @@ impl Scenario {
             Scenario::Restart => restart(bench),
             Scenario::Events => events(bench),
             Scenario::Scheduling => Ok(scheduling(bench.sizes)),
+            Scenario::Why => why(bench),
         }
     }
 }
@@ -269,6 +274,10 @@ struct Sizes {
     event_samples: usize,
     /// Queued jobs of `scheduling`.
     scheduled_jobs: usize,
+    /// Queued jobs, held locks and calls of `why`.
+    why_queued_jobs: usize,
+    why_held_locks: usize,
+    why_calls: usize,
 }
 
 impl Sizes {
@@ -279,6 +288,9 @@ impl Sizes {
         restart_queries: 1_000,
         event_samples: 500,
         scheduled_jobs: 10_000,
+        why_queued_jobs: 10_000,
+        why_held_locks: 100_000,
+        why_calls: 1_000,
     };
 
     /// A smoke run for CI: every code path and check, in a few seconds. Its
@@ -290,6 +302,9 @@ impl Sizes {
         restart_queries: 100,
         event_samples: 20,
         scheduled_jobs: 500,
+        why_queued_jobs: 200,
+        why_held_locks: 2_000,
+        why_calls: 50,
     };
 }
 
@@ -963,6 +978,139 @@ fn events(bench: &Bench) -> Result<Vec<Measure>> {
     Ok(watched_samples.figures("SubmitJob", EVENT_P50_SECONDS_MAX))
 }
 
+/// `why`: see the module documentation.
+fn why(bench: &Bench) -> Result<Vec<Measure>> {
+    let sizes = bench.sizes;
+    let mut cluster = Cluster::start(bench)?;
+    let mut luxid = cluster.luxid.connect()?;
+    let mut wconfd = cluster.wconfd.connect()?;
+    // This process is the owner holding the locks: it holds its livelock.
+    let livelock_dir = cluster.root.join(crate::paths::LIVELOCK_DIR);
+    let livelock = crate::liveness::Livelock::create(&livelock_dir, "job_999999_1")
+        .context(|| "cannot take the holder's livelock".to_owned())?;
+    let owner = json!([
+        999_999,
+        livelock_dir.join("job_999999_1"),
+        std::process::id()
+    ]);
+    let lock = |index: usize| format!("instance/why-{index:06}");
+    for chunk in (0..sizes.why_held_locks).collect::<Vec<_>>().chunks(1_000) {
+        let entries: Vec<Value> = chunk
+            .iter()
+            .map(|&index| json!([lock(index), "exclusive"]))
+            .collect();
+        let request = Request {
+            method: "tryUpdateLocks".to_owned(),
+            args: vec![owner.clone(), Value::Array(entries)],
+        };
+        let blockers = result_of(wconfd.call(&frame(&request))?)?;
+        if blockers != json!([]) {
+            return fail(format!("the holder's locks were not granted: {blockers}"));
+        }
+    }
+    let submit = |luxid: &mut harness::Client, op: Value| -> Result<u64> {
+        submitted_id(luxid.call(&frame(
+            &LuxiRequest::SubmitJob { ops: json!([op]) }.encode(),
+        ))?)
+    };
+    let waiting = submit(
+        &mut luxid,
+        json!({"OP_ID": OP_EXEC, "argv": ["/bin/true"], "locks": [[lock(0), "exclusive"]]}),
+    )?;
+    let rule = Request {
+        method: "ReplaceFilter".to_owned(),
+        args: vec![
+            Value::Null,
+            json!(0),
+            json!([["jobid", [">", "id", "watermark"]]]),
+            json!("PAUSE"),
+            json!([]),
+        ],
+    };
+    result_of(luxid.call(&frame(&rule))?)?;
+    let dependent = submit(
+        &mut luxid,
+        json!({"OP_ID": OP_TEST_DELAY, "duration": DELAY_SECONDS, "depends": [[waiting, []]]}),
+    )?;
+    let delay = json!([{"OP_ID": OP_TEST_DELAY, "duration": DELAY_SECONDS}]);
+    let mut left = sizes.why_queued_jobs.saturating_sub(1);
+    while left > 0 {
+        let batch = left.min(crate::limits::SUBMIT_MANY_JOBS_MAX);
+        let request = LuxiRequest::SubmitManyJobs {
+            jobs: vec![delay.clone(); batch],
+        }
+        .encode();
+        result_of(luxid.call(&frame(&request))?)?;
+        left -= batch;
+    }
+    let paused = dependent + 1;
+    // The waiting job's runner has filed its request.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let request = LuxiRequest::WhyJob { id: waiting }.encode();
+        let answer = result_of(luxid.call(&frame(&request))?)?;
+        if answer["reasons"][0]["waits"][0]["blockers"][0]["owner"][0] == 999_999 {
+            break;
+        }
+        if Instant::now() > deadline {
+            return fail(format!(
+                "job {waiting} never waited for the holder: {answer}"
+            ));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let mut samples: [Vec<f64>; 3] = Default::default();
+    for call in 0..sizes.why_calls * 3 {
+        let (which, id) = match call % 3 {
+            0 => (0, waiting),
+            1 => (1, dependent),
+            _ => (2, paused),
+        };
+        let request = frame(&LuxiRequest::WhyJob { id }.encode());
+        let started = Instant::now();
+        let answer = result_of(luxid.call(&request)?)?;
+        samples[which].push(started.elapsed().as_secs_f64());
+        let expected = ["locks", "dependency", "filter"][which];
+        if answer["reasons"][0]["kind"] != expected {
+            return fail(format!(
+                "WhyJob of job {id} answered {answer}, not {expected} first"
+            ));
+        }
+    }
+    // Let the waiting job run, so that the cluster stops.
+    let free = Request {
+        method: "freeLocks".to_owned(),
+        args: vec![owner],
+    };
+    result_of(wconfd.call(&frame(&free))?)?;
+    livelock
+        .release()
+        .context(|| "cannot remove the holder's livelock".to_owned())?;
+    cluster.stop()?;
+    let mut measures = Vec::new();
+    for (samples, what) in samples.iter_mut().zip([
+        "a job waiting for a lock",
+        "a job depending on it",
+        "a paused job",
+    ]) {
+        samples.sort_by(f64::total_cmp);
+        measures.push(Measure::new(
+            &format!("WhyJob of {what}, p50"),
+            Unit::Seconds,
+            bench::percentile(samples, 0.5),
+        ));
+        measures.push(
+            Measure::new(
+                &format!("WhyJob of {what}, p99"),
+                Unit::Seconds,
+                bench::percentile(samples, 0.99),
+            )
+            .with_target(Target::Below(WHY_P99_SECONDS_MAX)),
+        );
+    }
+    Ok(measures)
+}
+
 /// `WatchEvents` as a request.
 fn watch_request(watch: WatchEvents) -> Request {
     LuxiRequest::WatchEvents(watch).encode()
@@ -1311,6 +1459,12 @@ fn describe(scenario: Scenario, sizes: &Sizes) -> String {
              bucket, so a pass looks\n   at every one); a scheduling pass (EndTurn), and the \
              reclassification after a ReplaceFilter,\n   median of {SCHEDULING_PASSES}",
             sizes.scheduled_jobs
+        ),
+        Scenario::Why => format!(
+            "{} queued jobs (held by a PAUSE rule), {} locks held by one owner; one job waits \
+             for one of them,\n   one queued job depends on it; WhyJob of each and of a paused \
+             job, {} calls each, one at a time",
+            sizes.why_queued_jobs, sizes.why_held_locks, sizes.why_calls
         ),
         Scenario::Throughput => format!(
             "{THROUGHPUT_CLIENTS} clients (thread + connection each) submit {} jobs in all, \
