@@ -1095,13 +1095,13 @@ fn why(bench: &Bench) -> Result<Vec<Measure>> {
     ]) {
         samples.sort_by(f64::total_cmp);
         measures.push(Measure::new(
-            &format!("WhyJob of {what}, p50"),
+            format!("WhyJob of {what}, p50"),
             Unit::Seconds,
             bench::percentile(samples, 0.5),
         ));
         measures.push(
             Measure::new(
-                &format!("WhyJob of {what}, p99"),
+                format!("WhyJob of {what}, p99"),
                 Unit::Seconds,
                 bench::percentile(samples, 0.99),
             )
