@@ -48,7 +48,8 @@ use crate::protocol::wconfd::WconfdRequest;
 use crate::queue;
 use crate::scheduling::rate_limit::{Bucket, buckets_of};
 
-use super::history::{self, Interval};
+use super::history::{self, Interval, now_us};
+use super::job_clients::{FILTER_UUID, FilterChange, HELD_REASON};
 use super::lock_clients::parse_listing;
 use super::processes::{self, DaemonProcess, OwnerFate};
 use super::rng::Rng;
@@ -401,6 +402,7 @@ pub fn after_luxid_start(shared: &Shared) {
         .figures
         .restart_checks
         .fetch_add(1, Ordering::Relaxed);
+    check_filter_kept(shared);
     let ids: Vec<u64> = shared.serials().ids().collect();
     if let Err(message) = check_jobs_sensible(shared, &ids) {
         shared.violation(message);
@@ -594,10 +596,20 @@ fn check_holds(shared: &Shared) {
 /// Settles the run and checks its end (see the module documentation).
 pub fn final_checks(shared: &Shared, daemons: &mut Daemons, settle: Duration) {
     let ids: Vec<u64> = shared.serials().ids().collect();
-    // Every job ends.
+    // Every job ends: the jobs the harness's rule holds once it is gone.
     let deadline = Instant::now() + settle;
+    delete_filter(shared, deadline);
     let fields = [
-        "id", "status", "ops", "opstatus", "opresult", "start_ts", "end_ts", "opexec", "opend",
+        "id",
+        "status",
+        "ops",
+        "opstatus",
+        "opresult",
+        "start_ts",
+        "end_ts",
+        "opexec",
+        "opend",
+        "received_ts",
     ];
     let rows: BTreeMap<u64, Value> = loop {
         let mut client = match luxid(shared) {
@@ -675,6 +687,8 @@ pub fn final_checks(shared: &Shared, daemons: &mut Daemons, settle: Duration) {
     check_queue_files(shared);
     check_intervals(shared, &rows);
     check_rate_limits(shared, &rows);
+    check_held_jobs(shared, &rows);
+    check_unique_keys(shared, &rows);
     check_holds(shared);
     match wconfd(shared) {
         Ok(mut client) => check_farm(shared, &mut client, "at the end"),
@@ -863,6 +877,167 @@ fn check_rate_limits(shared: &Shared, rows: &BTreeMap<u64, Value>) {
                     bucket.name,
                     bucket.limit,
                     running.len()
+                ));
+            }
+        }
+    }
+}
+
+/// The harness's rule as luxid has it after a start is what the last
+/// acknowledged change made it (a rule change is durable before it is
+/// acknowledged); after a change whose answer was lost, either is right.
+fn check_filter_kept(shared: &Shared) {
+    // Held through the query: no change comes in between.
+    let changes = shared.filter.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some(last) = changes.last().filter(|last| last.acked_us.is_some()) else {
+        return;
+    };
+    let present = match luxid(shared).and_then(|mut client| {
+        client
+            .request(&crate::protocol::Request {
+                method: "QueryFilters".to_owned(),
+                args: vec![json!([FILTER_UUID]), json!(["uuid"])],
+            })
+            .map_err(|error| error.to_string())
+    }) {
+        Ok(rows) => rows.as_array().is_some_and(|rows| !rows.is_empty()),
+        Err(error) => {
+            return shared.violation(format!("QueryFilters after a start failed: {error}"));
+        }
+    };
+    if present != last.present {
+        shared.violation(format!(
+            "after luxid started, the harness's filter rule is {} though its last \
+             acknowledged change {} it",
+            if present { "there" } else { "gone" },
+            if last.present { "added" } else { "deleted" }
+        ));
+    }
+}
+
+/// Deletes the harness's rule for good (trying until luxid answers or
+/// `deadline`), so that the jobs it holds can end.
+fn delete_filter(shared: &Shared, deadline: Instant) {
+    loop {
+        if let Ok(mut client) = luxid(shared) {
+            let request = crate::protocol::Request {
+                method: "DeleteFilter".to_owned(),
+                args: vec![json!(FILTER_UUID)],
+            };
+            let sent_us = now_us();
+            let answer = client.request(&request);
+            let done = match &answer {
+                Ok(_) => true,
+                Err(crate::client::ClientError::Failed { args, .. }) => args
+                    .first()
+                    .and_then(Value::as_str)
+                    .is_some_and(|text| text.contains("does not exist")),
+                Err(_) => false,
+            };
+            if done {
+                shared
+                    .filter
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(FilterChange {
+                        present: false,
+                        sent_us,
+                        acked_us: Some(now_us()),
+                    });
+                return;
+            }
+        }
+        if Instant::now() >= deadline {
+            return shared
+                .violation("the harness's filter rule could not be deleted at the end".to_owned());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// How long after a `PAUSE` was acknowledged a held job's own start time
+/// may still show: luxid chose it before the rule, and its runner wrote
+/// the time later (a loaded machine, a restart of luxid in between).
+const HELD_START_MARGIN_US: u64 = 2_000_000;
+
+/// No job with the held reason started while the harness's `PAUSE` rule
+/// surely existed: from its acknowledged addition (plus the margin) to the
+/// sending of the next change.
+fn check_held_jobs(shared: &Shared, rows: &BTreeMap<u64, Value>) {
+    let changes = shared
+        .filter
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let surely_present: Vec<(u64, u64)> = changes
+        .iter()
+        .enumerate()
+        .filter(|(_, change)| change.present)
+        .filter_map(|(index, change)| {
+            let from = change.acked_us? + HELD_START_MARGIN_US;
+            let until = changes.get(index + 1).map_or(u64::MAX, |next| next.sent_us);
+            (from < until).then_some((from, until))
+        })
+        .collect();
+    for (id, row) in rows {
+        let held = row[2]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|op| op["reason"].as_array())
+            .flatten()
+            .any(|entry| entry[1] == HELD_REASON);
+        if !held {
+            continue;
+        }
+        shared
+            .figures
+            .held_jobs_checked
+            .fetch_add(1, Ordering::Relaxed);
+        let Some(start_us) = timestamp_us(&row[5]) else {
+            continue;
+        };
+        if let Some((from, until)) = surely_present
+            .iter()
+            .find(|(from, until)| *from <= start_us && start_us < *until)
+        {
+            return shared.violation(format!(
+                "job {id} started at {start_us} µs while the PAUSE rule holding it surely \
+                 applied ({from} to {until} µs)"
+            ));
+        }
+    }
+}
+
+/// No two jobs with the same unique key were unfinished at once: each is
+/// received only after the one before it ended.
+fn check_unique_keys(shared: &Shared, rows: &BTreeMap<u64, Value>) {
+    let mut by_key: BTreeMap<String, Vec<(u64, u64, u64)>> = BTreeMap::new();
+    for (id, row) in rows {
+        let Some(key) = row[2][0]["unique_key"].as_str() else {
+            continue;
+        };
+        let (Some(received_us), Some(end_us)) = (timestamp_us(&row[9]), timestamp_us(&row[6]))
+        else {
+            continue;
+        };
+        by_key
+            .entry(key.to_owned())
+            .or_default()
+            .push((received_us, end_us, *id));
+    }
+    for (key, mut jobs) in by_key {
+        jobs.sort_unstable();
+        shared
+            .figures
+            .unique_keys_checked
+            .fetch_add(jobs.len() as u64, Ordering::Relaxed);
+        for pair in jobs.windows(2) {
+            let ((_, end_us, before), (received_us, _, after)) = (pair[0], pair[1]);
+            if received_us < end_us {
+                return shared.violation(format!(
+                    "jobs {before} and {after} with unique key {key} were both unfinished: \
+                     {after} was received at {received_us} µs, before {before} ended at {end_us} µs"
                 ));
             }
         }

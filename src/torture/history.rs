@@ -119,6 +119,10 @@ impl Serials {
         Ok(())
     }
 
+    pub fn is_acknowledged(&self, id: u64) -> bool {
+        self.acknowledged.contains(&id)
+    }
+
     pub fn ids(&self) -> impl Iterator<Item = u64> + '_ {
         self.acknowledged.iter().copied()
     }

@@ -6,7 +6,9 @@
 //! `OP_EXEC` of `true` or `sleep 0.0x`, `OP_TEST_DELAY`s, some taking the
 //! same `node/<n>` locks as the lock clients, some depending on earlier
 //! jobs, some of two opcodes, some asking for boards of the worker
-//! client's farm, some in ad-hoc rate-limit buckets.
+//! client's farm, some in ad-hoc rate-limit buckets, some held by the
+//! harness's `PAUSE` rule while it exists (the first client adds and
+//! deletes it now and then), some with a unique key.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -75,6 +77,9 @@ pub fn run(shared: &Shared, index: usize) {
         if !lost && rng.percent(ARCHIVE_PERCENT) {
             lost = !archive(&mut rng, shared, client);
         }
+        if !lost && index == 0 && rng.percent(20) {
+            lost = !toggle_filter(shared, client);
+        }
         if lost {
             connection = None;
         }
@@ -113,10 +118,163 @@ fn acknowledged(shared: &Shared, id: u64, high_before: u64, depends: Vec<u64>) {
         .fetch_add(1, Ordering::Relaxed);
 }
 
+/// The uuid of the harness's one filter rule.
+pub const FILTER_UUID: &str = "70c7a0e0-0000-4000-8000-000000000001";
+/// The reason text the rule holds: jobs with it stay queued while it exists.
+pub const HELD_REASON: &str = "torture:held";
+/// The rule changes no sooner than this after its last change, so that a
+/// held job has time to be seen held.
+const FILTER_CHANGE_PAUSE_US: u64 = 3_000_000;
+/// Submissions with a unique key.
+const UNIQUE_PERCENT: u64 = 5;
+
+/// One change of the harness's rule: added (`present`) or deleted, when
+/// it was sent and when luxid acknowledged it (`None`: the answer was
+/// lost, so it may or may not have happened).
+#[derive(Clone, Debug)]
+pub struct FilterChange {
+    pub present: bool,
+    pub sent_us: u64,
+    pub acked_us: Option<u64>,
+}
+
+/// Adds the rule if the last change deleted it (or there was none), or
+/// deletes it; at most every [`FILTER_CHANGE_PAUSE_US`]. False if the
+/// answer is lost.
+pub fn toggle_filter(shared: &Shared, client: &mut Client) -> bool {
+    let _gate = shared
+        .gate
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut changes = shared
+        .filter
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let now = super::history::now_us();
+    if changes
+        .last()
+        .is_some_and(|last| now < last.sent_us + FILTER_CHANGE_PAUSE_US)
+    {
+        return true;
+    }
+    let present = !changes.last().is_some_and(|last| last.present);
+    let request = if present {
+        crate::protocol::Request {
+            method: "ReplaceFilter".to_owned(),
+            args: vec![
+                json!(FILTER_UUID),
+                json!(0),
+                json!([["reason", ["=", "reason", HELD_REASON]]]),
+                json!("PAUSE"),
+                json!([]),
+            ],
+        }
+    } else {
+        crate::protocol::Request {
+            method: "DeleteFilter".to_owned(),
+            args: vec![json!(FILTER_UUID)],
+        }
+    };
+    let answer = client.request(&request);
+    let acked_us = match &answer {
+        Ok(_) => Some(super::history::now_us()),
+        // Deleting a rule a lost add never made.
+        Err(ClientError::Failed { args, .. })
+            if !present
+                && args
+                    .first()
+                    .and_then(Value::as_str)
+                    .is_some_and(|text| text.contains("does not exist")) =>
+        {
+            Some(super::history::now_us())
+        }
+        Err(ClientError::Failed { class, args, .. }) => {
+            shared.violation(format!(
+                "luxid refused the harness's {}: {class} {}",
+                request.method,
+                Value::Array(args.clone())
+            ));
+            None
+        }
+        Err(_) => None,
+    };
+    changes.push(FilterChange {
+        present,
+        sent_us: now,
+        acked_us,
+    });
+    if acked_us.is_some() {
+        shared
+            .figures
+            .filter_changes
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    answer.is_ok() || acked_us.is_some()
+}
+
+/// A `SubmitJob` of a job with a unique key: a new id is acknowledged as
+/// any; an older one must be a job submitted with the same key (or one
+/// whose answer was lost). False if the answer is lost.
+fn submit_unique(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
+    let key = format!("torture-key-{}", rng.below(3));
+    let (mut ops, depends) = job(rng, shared);
+    ops[0]["unique_key"] = json!(key);
+    let high_before = shared.serials().high();
+    match checked_call(
+        shared,
+        client,
+        LuxiRequest::SubmitJob { ops },
+        "SubmitJob of a job with a unique key",
+        Value::is_u64,
+    ) {
+        Answer::Valid(id) => {
+            let id = id.as_u64().expect("checked valid");
+            // Another client's submission with the key may have been
+            // answered the same new id first.
+            let mut serials = shared.serials();
+            if id > high_before && !serials.is_acknowledged(id) {
+                if let Err(message) = serials.acknowledge(id, high_before) {
+                    shared.violation(message);
+                }
+                drop(serials);
+                shared.jobs().insert(
+                    id,
+                    SubmittedJob {
+                        depends,
+                        unique_key: Some(key),
+                        ..SubmittedJob::default()
+                    },
+                );
+                shared
+                    .figures
+                    .jobs_submitted
+                    .fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+            drop(serials);
+            shared.figures.unique_hits.fetch_add(1, Ordering::Relaxed);
+            if let Some(known) = shared.jobs().get(&id)
+                && known.unique_key.as_deref() != Some(key.as_str())
+            {
+                shared.violation(format!(
+                    "a submission with unique key {key} was answered with job {id},                      submitted with {:?}",
+                    known.unique_key
+                ));
+            }
+            true
+        }
+        Answer::Violation => true,
+        Answer::Lost => false,
+    }
+}
+
 /// One `SubmitJob`; false if the answer is lost.
 fn submit_one(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
     if rng.percent(WORKERS_PERCENT) && shared.farm_ready.load(Ordering::SeqCst) {
         return submit_worker_job(rng, shared, client);
+    }
+    if rng.percent(UNIQUE_PERCENT) {
+        return submit_unique(rng, shared, client);
     }
     let (ops, depends) = job(rng, shared);
     let high_before = shared.serials().high();
@@ -496,6 +654,7 @@ fn opcode(rng: &mut Rng) -> Value {
     match rng.below(10) {
         0 => op["reason"] = json!([["torture", "rate-limit:2:torture", 0]]),
         1 => op["reason"] = json!([["torture", "rate-limit:1:solo", 0]]),
+        2 => op["reason"] = json!([["torture", HELD_REASON, 0]]),
         _ => {}
     }
     op

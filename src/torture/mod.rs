@@ -101,6 +101,10 @@ pub struct Figures {
     pub worker_changes: AtomicU64,
     pub worker_answers_lost: AtomicU64,
     pub farm_checks: AtomicU64,
+    pub filter_changes: AtomicU64,
+    pub held_jobs_checked: AtomicU64,
+    pub unique_hits: AtomicU64,
+    pub unique_keys_checked: AtomicU64,
     pub holds_checked: AtomicU64,
     pub handovers_checked: AtomicU64,
     pub reporter_starts: AtomicU64,
@@ -190,6 +194,14 @@ impl Figures {
                 get(&self.handovers_checked)
             ),
             format!(
+                "scheduling: {} filter rule changes acknowledged, {} jobs it held checked; \
+                 {} submissions answered with a live job's id, {} unique-key jobs checked",
+                get(&self.filter_changes),
+                get(&self.held_jobs_checked),
+                get(&self.unique_hits),
+                get(&self.unique_keys_checked)
+            ),
+            format!(
                 "events    : {} events of both sequences checked, {} jobs' stories, \
                  {} hook runs found; reporters started {}, elected ones killed {}",
                 get(&self.events_checked),
@@ -216,6 +228,8 @@ pub struct SubmittedJob {
     pub archived: bool,
     /// The kind of board it asked for ([`worker_clients::worker_job`]).
     pub workers: Option<&'static str>,
+    /// Its `unique_key`.
+    pub unique_key: Option<String>,
 }
 
 /// What the threads of a run share.
@@ -248,6 +262,8 @@ pub struct Shared {
     /// Set once the farm is registered: jobs asking for boards wait for
     /// it (before, they would be refused).
     pub farm_ready: AtomicBool,
+    /// The changes of the harness's one filter rule, in order.
+    pub filter: Mutex<Vec<job_clients::FilterChange>>,
     pub figures: Figures,
 }
 
@@ -417,6 +433,7 @@ pub fn run(options: &Options) -> Result<Outcome, String> {
         config: Mutex::new(config_client::ConfigHistory::default()),
         farm: Mutex::new(worker_clients::FarmModel::default()),
         farm_ready: AtomicBool::new(false),
+        filter: Mutex::new(Vec::new()),
         figures: Figures::default(),
     });
     let mut daemons = checks::Daemons {
