@@ -124,6 +124,11 @@ pub const QUERY_FIELDS_MAX: usize = 1_000;
 /// second behind the largest one.
 pub const SUBMIT_MANY_JOBS_MAX: usize = 1_000;
 
+/// `[wconfd] slow_wait_s`: a lock wait this long writes its blocking
+/// chain into the job's log once (the flight recorder, SCHEDULING.md).
+pub const SLOW_WAIT_SECS_DEFAULT: u64 = 60;
+pub const SLOW_WAIT_SECS_RANGE: RangeInclusive<u64> = 0..=86_400;
+
 /// The longest `unique_key`: it is kept in memory for every unfinished
 /// job that has one.
 pub const UNIQUE_KEY_BYTES_MAX: usize = 256;

@@ -13,6 +13,7 @@
 //! request_entries_max = 10000
 //! socket_group = "ganeti"        # or a numeric gid; absent: root and the daemon's uid only
 //! snapshot_journal_bytes_max = 16777216
+//! slow_wait_s = 60               # a lock wait this long logs who is in the way, once; 0: never
 //!
 //! [luxid]
 //! max_running_jobs = 20
@@ -140,6 +141,9 @@ pub struct WconfdSettings {
     /// Journal size, in bytes, that triggers a new snapshot of the lock
     /// state.
     pub snapshot_journal_bytes_max: u64,
+    /// A job's lock wait longer than this many seconds writes its blocking
+    /// chain once into the job's log, as a `why` entry (0: never).
+    pub slow_wait_s: u64,
 }
 
 /// `[luxid]`: the job queue daemon.
@@ -170,6 +174,7 @@ impl Default for WconfdSettings {
             request_entries_max: limits::WCONFD_REQUEST_ENTRIES_MAX_DEFAULT,
             socket_group: None,
             snapshot_journal_bytes_max: limits::WCONFD_SNAPSHOT_JOURNAL_BYTES_MAX_DEFAULT,
+            slow_wait_s: limits::SLOW_WAIT_SECS_DEFAULT,
         }
     }
 }
@@ -440,6 +445,13 @@ impl Settings {
             "snapshot_journal_bytes_max",
             w.snapshot_journal_bytes_max,
             &limits::SNAPSHOT_JOURNAL_BYTES_MAX_RANGE,
+        )?;
+        check(
+            path,
+            "wconfd",
+            "slow_wait_s",
+            w.slow_wait_s,
+            &limits::SLOW_WAIT_SECS_RANGE,
         )?;
 
         check_usize(

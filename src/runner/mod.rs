@@ -266,11 +266,14 @@ fn run_holding(
         frame_bytes_max: Settings::default().wconfd.frame_bytes_max,
         wconfd: None,
         used_wconfd: false,
+        slow_wait: None,
         context,
     };
     match settings {
         Ok(settings) => {
             runner.frame_bytes_max = settings.wconfd.frame_bytes_max;
+            runner.slow_wait = (settings.wconfd.slow_wait_s > 0)
+                .then(|| Duration::from_secs(settings.wconfd.slow_wait_s));
             runner.run_opcodes()?;
         }
         Err(error) => {
@@ -538,6 +541,9 @@ struct Runner {
     /// Whether a lock request was ever sent (the final `freeLocks` is only
     /// needed then).
     used_wconfd: bool,
+    /// `[wconfd] slow_wait_s` (`None`: 0, off): a lock wait this long
+    /// writes its blocking chain into the log once.
+    slow_wait: Option<Duration>,
     context: Context,
 }
 
@@ -805,6 +811,8 @@ impl Runner {
     fn await_locks(&mut self, index: usize, request: &[Entry]) -> Result<Acquired, AwaitError> {
         let unreachable = AwaitError::from_client;
         self.watch_wconfd().map_err(unreachable)?;
+        let waiting_since = Instant::now();
+        let mut slow_at = self.slow_wait.map(|slow| waiting_since + slow);
         loop {
             self.context.check_signals();
             if self.context.cancel_requested {
@@ -819,11 +827,14 @@ impl Runner {
                 Instant::now() + Duration::from_millis(AWAIT_TIMEOUT_MS) + AWAIT_ANSWER_GRACE;
             let show_waiting_at = Instant::now() + WAITING_SHOWN_AFTER;
             loop {
-                let wake = if self.context.unpublished_waiting {
+                let mut wake = if self.context.unpublished_waiting {
                     show_waiting_at.min(deadline)
                 } else {
                     deadline
                 };
+                if let Some(at) = slow_at {
+                    wake = wake.min(at);
+                }
                 let ready = self
                     .context
                     .wait(Some(wake))
@@ -831,6 +842,11 @@ impl Runner {
                 if self.context.unpublished_waiting && Instant::now() >= show_waiting_at {
                     self.context
                         .publish()
+                        .map_err(|error| AwaitError::Failed(error.to_string()))?;
+                }
+                if slow_at.is_some_and(|at| Instant::now() >= at) {
+                    slow_at = None;
+                    self.record_slow_wait(index, waiting_since.elapsed())
                         .map_err(|error| AwaitError::Failed(error.to_string()))?;
                 }
                 if self.context.cancel_requested {
@@ -870,6 +886,28 @@ impl Runner {
                 }
             }
         }
+    }
+
+    /// The flight recorder: the wait of opcode `index` passed
+    /// `slow_wait_s`, so its blocking chain, as wconfd's `explainWait`
+    /// tells it, goes into the log once (on a connection of its own: the
+    /// lock request's stays held).
+    fn record_slow_wait(&mut self, index: usize, waited: Duration) -> Result<(), RunnerError> {
+        let chain = Client::connect(&self.root, Daemon::Wconfd, self.frame_bytes_max).and_then(
+            |mut client| {
+                client.request(
+                    &crate::protocol::wconfd::WconfdRequest::ExplainWait { job: self.id }.encode(),
+                )
+            },
+        );
+        let message = match chain {
+            Ok(waits) => json!({"waited_seconds": waited.as_secs_f64(), "waits": waits}),
+            Err(error) => json!({
+                "waited_seconds": waited.as_secs_f64(),
+                "error": format!("cannot ask wconfd who is in the way: {error}"),
+            }),
+        };
+        self.context.log_now(index, "why", message)
     }
 
     /// Connects to wconfd if needed and watches the connection in the

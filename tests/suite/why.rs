@@ -178,3 +178,45 @@ fn a_full_bucket_names_its_running_jobs() {
     assert_eq!(answer["reasons"][0]["bucket"], "1:solo");
     assert_eq!(answer["reasons"][0]["running"], json!([first]));
 }
+
+/// The flight recorder: a lock wait longer than `slow_wait_s` writes its
+/// blocking chain into the job's log, once.
+#[test]
+fn a_slow_lock_wait_writes_its_blocking_chain_into_the_log_once() {
+    let cluster = Cluster::start_with_settings("[wconfd]\nslow_wait_s = 1\n");
+    let livelocks = cluster.root().livelock_dir();
+    let mut wconfd = cluster.wconfd_client();
+    let holder = OwnerProcess::spawn(&livelocks, 900);
+    assert_eq!(
+        try_update(&mut wconfd, &holder, &[("instance/a", "exclusive")]),
+        json!([])
+    );
+    let job = cluster.submit(json!([{"OP_ID": "OP_EXEC", "argv": ["/bin/true"],
+                                     "locks": [["instance/a", "exclusive"]]}]));
+    let why_entries = || -> Vec<Value> {
+        cluster.query(job, &["oplog"])[0][0]
+            .as_array()
+            .expect("a log")
+            .iter()
+            .filter(|entry| entry[2] == "why")
+            .cloned()
+            .collect()
+    };
+    wait_until("the wait is recorded", DEADLINE, || {
+        !why_entries().is_empty()
+    });
+    thread::sleep(Duration::from_millis(1500));
+    let entries = why_entries();
+    assert_eq!(entries.len(), 1, "once: {entries:?}");
+    let message = &entries[0][3];
+    assert!(
+        message["waited_seconds"].as_f64().is_some_and(|s| s >= 1.0),
+        "{message}"
+    );
+    assert_eq!(
+        message["waits"][0]["blockers"][0]["owner"][0], 900,
+        "{message}"
+    );
+    drop(holder);
+    assert_eq!(cluster.wait_final(job), "success", "{}", cluster.logs());
+}
