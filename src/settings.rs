@@ -682,6 +682,7 @@ mod tests {
             request_entries_max = 500
             socket_group = "ganeti"
             snapshot_journal_bytes_max = 1048576
+            slow_wait_s = 30
 
             [luxid]
             max_running_jobs = 4
@@ -719,6 +720,7 @@ mod tests {
                     request_entries_max: 500,
                     socket_group: Some(SocketGroup::Name("ganeti".to_owned())),
                     snapshot_journal_bytes_max: 1_048_576,
+                    slow_wait_s: 30,
                 },
                 luxid: LuxidSettings {
                     max_running_jobs: 4,
@@ -862,6 +864,7 @@ mod tests {
             ("wconfd", "request_entries_max", 1_000_001),
             ("wconfd", "snapshot_journal_bytes_max", 65_535),
             ("wconfd", "snapshot_journal_bytes_max", (64 << 30) + 1),
+            ("wconfd", "slow_wait_s", 86_401),
             ("luxid", "max_running_jobs", 0),
             ("luxid", "max_running_jobs", 10_001),
             ("luxid", "frame_bytes_max", 4095),
