@@ -311,6 +311,17 @@ fn build_job(ops: &Value, id: JobId, submitter: Submitter) -> Result<Job, WireEr
                 "opcode {index}: workers: only the first opcode of a job may ask for workers"
             )));
         }
+        if index > 0 {
+            let first_only = [
+                ("start_by", parsed.common.start_by.is_some()),
+                ("unique_key", parsed.common.unique_key.is_some()),
+            ];
+            if let Some((field, _)) = first_only.iter().find(|(_, present)| *present) {
+                return Err(luxi::prereq(format!(
+                    "opcode {index}: {field}: only the first opcode of a job may have a {field}"
+                )));
+            }
+        }
         if submitter == Submitter::Client && parsed.common.prepare_worker.is_some() {
             return Err(luxi::prereq(format!(
                 "opcode {index}: prepare_worker is set by luxid alone"
