@@ -20,9 +20,10 @@
 //! 3. Each opcode in order: `waiting` (its dependencies and preconditions
 //!    are checked, then `cluster/BGL` shared plus its own locks are awaited
 //!    from wconfd at the opcode's priority; an unreachable wconfd is waited
-//!    for), `running`, then `success` or `error`; its locks are freed. A
-//!    failure makes every later opcode `error` ("Preceding opcode
-//!    failed").
+//!    for; past the opcode's `lock_timeout` the request is withdrawn and
+//!    the opcode fails naming its blockers), `running`, then `success` or
+//!    `error`; its locks are freed. A failure makes every later opcode
+//!    `error` ("Preceding opcode failed").
 //! 4. The job ends: `end_timestamp`, the final file, locks freed, the
 //!    livelock removed, exit 0.
 //!
@@ -37,7 +38,9 @@
 //!   request is dropped and it and every later opcode become `canceling`,
 //!   then `canceled`. A running opcode is never interrupted: the cancel
 //!   takes effect when the next opcode would start (Ganeti's rule, and the
-//!   one luxid's `CancelJob` answer promises). The last moment a cancel
+//!   one luxid's `CancelJob` answer promises), or, for an `OP_EXEC` with a
+//!   `retry`, when its next attempt would start (the opcode then ends
+//!   `canceled`: a canceled job is never retried). The last moment a cancel
 //!   still stops an opcode is just after its `running` is on disk, before
 //!   its work starts: luxid promises a cancel only if the job file it reads
 //!   after sending SIGTERM shows no opcode running.
