@@ -41,6 +41,7 @@ mod runner;
 mod scheduling;
 mod storage_faults;
 mod sync_faults;
+mod timeouts;
 mod torture;
 mod wconfd_bad_input;
 mod wconfd_liveness;
