@@ -129,10 +129,6 @@ pub const SUBMIT_MANY_JOBS_MAX: usize = 1_000;
 pub const SLOW_WAIT_SECS_DEFAULT: u64 = 60;
 pub const SLOW_WAIT_SECS_RANGE: RangeInclusive<u64> = 0..=86_400;
 
-/// The longest `unique_key`: it is kept in memory for every unfinished
-/// job that has one.
-pub const UNIQUE_KEY_BYTES_MAX: usize = 256;
-
 /// The most job filter rules luxid keeps: every rule is tried on every
 /// job when the rules change, and each job once when it is submitted.
 pub const FILTER_RULES_MAX: usize = 1_000;
@@ -163,6 +159,42 @@ pub const WAIT_FOR_CHANGE_SECONDS_MAX: f64 = 89.0;
 /// Longest `OP_EXEC` timeout accepted, in seconds (a year): longer is no
 /// timeout in practice, and `null` says so plainly.
 pub const EXEC_TIMEOUT_SECS_MAX: f64 = 365.0 * 24.0 * 3600.0;
+
+/// Longest `lock_timeout` accepted, in seconds (a year), as for `timeout`:
+/// `null` says "wait for ever" plainly.
+pub const LOCK_TIMEOUT_SECS_MAX: f64 = EXEC_TIMEOUT_SECS_MAX;
+
+/// Blockers named in a lock timeout's result: each costs the runner one
+/// `listLocks` call; past a few dozen the list no longer helps a person
+/// find the culprit, and the result stays small.
+pub const LOCK_TIMEOUT_BLOCKERS_MAX: usize = 32;
+
+/// `OP_EXEC`'s `kill_grace` when absent, in seconds: time for a program
+/// to clean up after SIGTERM before its group gets SIGKILL (systemd's
+/// default stop timeout is longer; a job's locks are held meanwhile).
+pub const KILL_GRACE_SECS_DEFAULT: f64 = 10.0;
+
+/// Longest `kill_grace` accepted, in seconds (an hour): the job holds its
+/// locks through the grace, and a program that needs longer to stop
+/// should be given a longer `timeout` instead.
+pub const KILL_GRACE_SECS_MAX: f64 = 3600.0;
+
+/// Most retries of one `OP_EXEC` (`retry.max`, after the first attempt):
+/// each attempt writes log entries and holds the job's locks; a program
+/// that needs more is better retried by its own loop.
+pub const RETRY_MAX: u64 = 100;
+
+/// Longest pause between two attempts (`retry.backoff`), in seconds (an
+/// hour): the job holds its locks while it waits.
+pub const RETRY_BACKOFF_SECS_MAX: f64 = 3600.0;
+
+/// Latest `start_by` accepted, as a Unix time in seconds (the end of the
+/// year 9999): later is a unit mistake (milliseconds), not a deadline.
+pub const START_BY_SECS_MAX: f64 = 253_402_300_799.0;
+
+/// Longest `unique_key`, in bytes: a key names a job (a cron line, a
+/// request id), and luxid keeps one per unfinished job in memory.
+pub const UNIQUE_KEY_BYTES_MAX: usize = 256;
 
 /// Longest output line of an `OP_EXEC` program kept as one log entry, in
 /// bytes; a longer line is cut into pieces of this size. Bounds what one

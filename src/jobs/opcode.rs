@@ -79,6 +79,9 @@ pub struct TestDelay {
     pub repeat: u64,
     pub interruptible: bool,
     pub no_locks: bool,
+    /// *(extension)* Seconds the opcode waits for its locks before it
+    /// fails; `None`: for ever.
+    pub lock_timeout: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -89,6 +92,43 @@ pub struct Exec {
     pub timeout: Option<f64>,
     pub locks: Vec<(LockName, Mode)>,
     pub stdin: Option<String>,
+    /// Seconds the opcode waits for its locks before it fails; `None`:
+    /// for ever.
+    pub lock_timeout: Option<f64>,
+    /// Seconds between SIGTERM and SIGKILL to the program's process group
+    /// once its `timeout` passed.
+    pub kill_grace: f64,
+    /// How a failed attempt is retried; `None`: it is not.
+    pub retry: Option<Retry>,
+}
+
+/// `OP_EXEC`'s `retry` (SCHEDULING.md "Retries").
+#[derive(Clone, Debug, PartialEq)]
+pub struct Retry {
+    /// Attempts after the first one, at most.
+    pub max: u64,
+    /// Seconds between the end of an attempt and the start of the next.
+    pub backoff: f64,
+    /// The exit codes that are retried, sorted; `None`: any failure
+    /// (another exit code, a signal, a timeout, a program that did not
+    /// start).
+    pub on: Option<Vec<i32>>,
+    /// Whether luxid may run the job again when its runner died. Parsed
+    /// and stored here; luxid acts on it.
+    pub on_death: bool,
+}
+
+impl Retry {
+    /// Whether an attempt that ended with `exit_code` (`None`: killed by a
+    /// signal, timed out, or not started) is retried under this policy;
+    /// the caller counts the attempts.
+    pub fn covers(&self, exit_code: Option<i32>) -> bool {
+        match (&self.on, exit_code) {
+            (None, _) => true,
+            (Some(codes), Some(code)) => codes.binary_search(&code).is_ok(),
+            (Some(_), None) => false,
+        }
+    }
 }
 
 /// Why a submitted opcode is refused; luxid answers it as
@@ -115,7 +155,11 @@ pub struct OpcodeError(pub String);
 ///   strings, then ignored: there are no node UUIDs here), `repeat`,
 ///   `interruptible`, `no_locks`;
 /// - `OP_EXEC`: `argv` (required), `env`, `cwd`, `timeout`, `locks`,
-///   `stdin`; `null` stands for the default of each optional field.
+///   `stdin`, `lock_timeout`, `kill_grace`, `retry`; `null` stands for
+///   the default of each optional field;
+/// - extensions (SCHEDULING.md "Timeouts", "Retries", "Unique jobs"):
+///   `lock_timeout` on both opcodes, `start_by` and `unique_key` common to
+///   both (luxid allows them on a job's first opcode only, as `workers`).
 ///
 /// Defaults follow Ganeti 3.0's `OpTestDelay`: `on_master` true,
 /// `on_nodes` empty, `repeat` 0, `interruptible` false, `no_locks` true.
@@ -174,8 +218,8 @@ const COMMON_FIELDS: [&str; 10] = [
     "unique_key",
 ];
 
-/// The fields of Ganeti 3.0's `OpTestDelay`.
-const TEST_DELAY_FIELDS: [&str; 7] = [
+/// The fields of Ganeti 3.0's `OpTestDelay`, and `lock_timeout`.
+const TEST_DELAY_FIELDS: [&str; 8] = [
     "duration",
     "on_master",
     "on_nodes",
@@ -183,11 +227,26 @@ const TEST_DELAY_FIELDS: [&str; 7] = [
     "repeat",
     "interruptible",
     "no_locks",
+    "lock_timeout",
 ];
 
-const EXEC_FIELDS: [&str; 6] = ["argv", "env", "cwd", "timeout", "locks", "stdin"];
+const EXEC_FIELDS: [&str; 9] = [
+    "argv",
+    "env",
+    "cwd",
+    "timeout",
+    "locks",
+    "stdin",
+    "lock_timeout",
+    "kill_grace",
+    "retry",
+];
 
-pub use crate::limits::{EXEC_TIMEOUT_SECS_MAX, UNIQUE_KEY_BYTES_MAX};
+pub use crate::limits::EXEC_TIMEOUT_SECS_MAX;
+use crate::limits::{
+    KILL_GRACE_SECS_DEFAULT, KILL_GRACE_SECS_MAX, LOCK_TIMEOUT_SECS_MAX, RETRY_BACKOFF_SECS_MAX,
+    RETRY_MAX, START_BY_SECS_MAX, UNIQUE_KEY_BYTES_MAX,
+};
 
 /// The fields of one opcode, with errors naming the opcode and the field
 /// the way Ganeti does (`Parameter 'OP_TEST_DELAY.duration' ...`).
@@ -254,6 +313,24 @@ impl<'a> Fields<'a> {
             .filter(|number| number.is_finite())
             .ok_or_else(|| self.bad(name, "must be a number"))
     }
+
+    /// An optional number of seconds from 0 to `max`; `None` when the
+    /// field is missing or `null`.
+    fn seconds(&self, name: &str, max: f64) -> Result<Option<f64>, OpcodeError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(value) => value
+                .as_f64()
+                .filter(|seconds| (0.0..=max).contains(seconds))
+                .map(Some)
+                .ok_or_else(|| {
+                    self.bad(
+                        name,
+                        format!("must be a non-negative number of seconds up to {max}, or null"),
+                    )
+                }),
+        }
+    }
 }
 
 fn parse_common(fields: &Fields<'_>) -> Result<Common, OpcodeError> {
@@ -310,8 +387,15 @@ fn parse_common(fields: &Fields<'_>) -> Result<Common, OpcodeError> {
         Some(value) => Some(
             value
                 .as_f64()
-                .filter(|secs| secs.is_finite() && *secs >= 0.0)
-                .ok_or_else(|| fields.bad("start_by", "must be a Unix time in seconds"))?,
+                .filter(|time| (0.0..=START_BY_SECS_MAX).contains(time))
+                .ok_or_else(|| {
+                    fields.bad(
+                        "start_by",
+                        format!(
+                            "must be a Unix time in seconds from 0 to {START_BY_SECS_MAX}, or null"
+                        ),
+                    )
+                })?,
         ),
     };
     let unique_key = match fields.get("unique_key") {
@@ -322,7 +406,9 @@ fn parse_common(fields: &Fields<'_>) -> Result<Common, OpcodeError> {
         Some(_) => {
             return Err(fields.bad(
                 "unique_key",
-                format!("must be a text of 1 to {UNIQUE_KEY_BYTES_MAX} bytes"),
+                format!(
+                    "must be a non-empty string of at most {UNIQUE_KEY_BYTES_MAX} bytes, or null"
+                ),
             ));
         }
     };
@@ -402,6 +488,7 @@ fn parse_test_delay(fields: &Fields<'_>) -> Result<TestDelay, OpcodeError> {
         repeat,
         interruptible: fields.bool_or("interruptible", false)?,
         no_locks: fields.bool_or("no_locks", true)?,
+        lock_timeout: fields.seconds("lock_timeout", LOCK_TIMEOUT_SECS_MAX)?,
     })
 }
 
@@ -478,6 +565,14 @@ fn parse_exec(fields: &Fields<'_>) -> Result<Exec, OpcodeError> {
         locks.push((lock, mode));
     }
     let stdin = fields.string("stdin")?;
+    let lock_timeout = fields.seconds("lock_timeout", LOCK_TIMEOUT_SECS_MAX)?;
+    let kill_grace = fields
+        .seconds("kill_grace", KILL_GRACE_SECS_MAX)?
+        .unwrap_or(KILL_GRACE_SECS_DEFAULT);
+    let retry = match fields.get("retry") {
+        None => None,
+        Some(value) => Some(parse_retry(value).map_err(|what| fields.bad("retry", what))?),
+    };
     Ok(Exec {
         argv,
         env,
@@ -485,6 +580,74 @@ fn parse_exec(fields: &Fields<'_>) -> Result<Exec, OpcodeError> {
         timeout,
         locks,
         stdin,
+        lock_timeout,
+        kill_grace,
+        retry,
+    })
+}
+
+/// `{"max": n, "backoff": seconds, "on": [exit codes] or null, "on_death":
+/// bool}`: `max` required, the others default to 0, `null` (any failure)
+/// and false. `Err`: what is wrong, for [`Fields::bad`].
+fn parse_retry(value: &Value) -> Result<Retry, String> {
+    let Value::Object(fields) = value else {
+        return Err("must be an object {\"max\": n, \"backoff\": seconds, \"on\": [exit codes] or null, \"on_death\": bool}, or null".to_owned());
+    };
+    for name in fields.keys() {
+        if !["max", "backoff", "on", "on_death"].contains(&name.as_str()) {
+            return Err(format!("'{}' is unknown", shortened(name)));
+        }
+    }
+    let field = |name: &str| fields.get(name).filter(|value| !value.is_null());
+    let max = field("max")
+        .ok_or_else(|| "max is required".to_owned())?
+        .as_u64()
+        .filter(|max| (1..=RETRY_MAX).contains(max))
+        .ok_or_else(|| format!("max must be an integer from 1 to {RETRY_MAX}"))?;
+    let backoff = match field("backoff") {
+        None => 0.0,
+        Some(value) => value
+            .as_f64()
+            .filter(|seconds| (0.0..=RETRY_BACKOFF_SECS_MAX).contains(seconds))
+            .ok_or_else(|| {
+                format!("backoff must be a non-negative number of seconds up to {RETRY_BACKOFF_SECS_MAX}")
+            })?,
+    };
+    let on = match field("on") {
+        None => None,
+        Some(Value::Array(codes)) if !codes.is_empty() => {
+            let mut codes = codes
+                .iter()
+                .map(|code| {
+                    code.as_i64()
+                        .filter(|code| (1..=255).contains(code))
+                        .and_then(|code| i32::try_from(code).ok())
+                        .ok_or_else(|| {
+                            "on must list exit codes from 1 to 255 (0 is success)".to_owned()
+                        })
+                })
+                .collect::<Result<Vec<i32>, String>>()?;
+            codes.sort_unstable();
+            codes.dedup();
+            Some(codes)
+        }
+        Some(_) => {
+            return Err(
+                "on must be a non-empty list of exit codes, or null (any failure)".to_owned(),
+            );
+        }
+    };
+    let on_death = match field("on_death") {
+        None => false,
+        Some(value) => value
+            .as_bool()
+            .ok_or_else(|| "on_death must be a boolean".to_owned())?,
+    };
+    Ok(Retry {
+        max,
+        backoff,
+        on,
+        on_death,
     })
 }
 
@@ -507,6 +670,14 @@ impl Opcode {
                 locks
             }
             OpKind::Exec(exec) => exec.locks.clone(),
+        }
+    }
+
+    /// How long the opcode waits for its locks; `None`: for ever.
+    pub fn lock_timeout(&self) -> Option<f64> {
+        match &self.kind {
+            OpKind::TestDelay(delay) => delay.lock_timeout,
+            OpKind::Exec(exec) => exec.lock_timeout,
         }
     }
 
@@ -635,6 +806,7 @@ mod tests {
                     repeat: 0,
                     interruptible: false,
                     no_locks: true,
+                    lock_timeout: None,
                 }),
             }
         );
@@ -799,6 +971,9 @@ mod tests {
                     (instance.clone(), Mode::Shared)
                 ],
                 stdin: Some("data".into()),
+                lock_timeout: None,
+                kill_grace: 10.0,
+                retry: None,
             })
         );
         assert_eq!(
@@ -897,6 +1072,205 @@ mod tests {
             let error = error_of(input.clone());
             assert!(error.contains(expected), "{input}: {error}");
         }
+    }
+
+    #[test]
+    fn timeouts_and_retries_parse() {
+        let op = parse(&exec(json!({
+            "lock_timeout": 0,
+            "kill_grace": 2.5,
+            "retry": {"max": 3, "backoff": 0.5, "on": [7, 2, 7], "on_death": true},
+            "start_by": 1_700_000_000.5,
+            "unique_key": "nightly-backup",
+        })))
+        .unwrap();
+        assert_eq!(op.lock_timeout(), Some(0.0));
+        assert_eq!(op.common.start_by, Some(1_700_000_000.5));
+        assert_eq!(op.common.unique_key.as_deref(), Some("nightly-backup"));
+        let OpKind::Exec(parsed) = op.kind else {
+            panic!("not an exec")
+        };
+        assert_eq!(parsed.kill_grace, 2.5);
+        let retry = parsed.retry.expect("a retry");
+        assert_eq!(
+            retry,
+            Retry {
+                max: 3,
+                backoff: 0.5,
+                on: Some(vec![2, 7]),
+                on_death: true
+            }
+        );
+        assert!(retry.covers(Some(7)) && !retry.covers(Some(1)) && !retry.covers(None));
+
+        let defaults = parse(&exec(json!({
+            "lock_timeout": null, "kill_grace": null, "retry": null,
+            "start_by": null, "unique_key": null,
+        })))
+        .unwrap();
+        assert_eq!(defaults.lock_timeout(), None);
+        assert_eq!(
+            (defaults.common.start_by, defaults.common.unique_key),
+            (None, None)
+        );
+        let OpKind::Exec(parsed) = defaults.kind else {
+            panic!("not an exec")
+        };
+        assert_eq!(
+            (parsed.kill_grace, parsed.retry),
+            (KILL_GRACE_SECS_DEFAULT, None)
+        );
+        let minimal = parse(&exec_retry(json!({"max": 1}))).unwrap();
+        let OpKind::Exec(Exec {
+            retry: Some(retry), ..
+        }) = minimal.kind
+        else {
+            panic!("no retry")
+        };
+        assert_eq!(
+            (retry.backoff, &retry.on, retry.on_death),
+            (0.0, &None, false)
+        );
+        assert!(retry.covers(None) && retry.covers(Some(1)));
+
+        let delay =
+            parse(&json!({"OP_ID": "OP_TEST_DELAY", "duration": 1, "lock_timeout": 1.5})).unwrap();
+        assert_eq!(delay.lock_timeout(), Some(1.5));
+    }
+
+    fn exec_retry(retry: Value) -> Value {
+        exec(json!({ "retry": retry }))
+    }
+
+    #[test]
+    fn timeouts_and_retries_refuse_bad_values_naming_the_field() {
+        let long_key = "k".repeat(UNIQUE_KEY_BYTES_MAX + 1);
+        let delay =
+            |value: Value| json!({"OP_ID": "OP_TEST_DELAY", "duration": 1, "lock_timeout": value});
+        let cases = [
+            (
+                exec(json!({"lock_timeout": -1})),
+                "'OP_EXEC.lock_timeout' fails validation",
+            ),
+            (exec(json!({"lock_timeout": "1"})), "'OP_EXEC.lock_timeout'"),
+            (
+                exec(json!({"lock_timeout": 1e12})),
+                "'OP_EXEC.lock_timeout'",
+            ),
+            (
+                delay(json!(-0.5)),
+                "'OP_TEST_DELAY.lock_timeout' fails validation",
+            ),
+            (delay(json!(true)), "'OP_TEST_DELAY.lock_timeout'"),
+            (
+                exec(json!({"kill_grace": -1})),
+                "'OP_EXEC.kill_grace' fails validation",
+            ),
+            (exec(json!({"kill_grace": [1]})), "'OP_EXEC.kill_grace'"),
+            (
+                exec(json!({"kill_grace": KILL_GRACE_SECS_MAX + 1.0})),
+                "'OP_EXEC.kill_grace'",
+            ),
+            (
+                exec_retry(json!(3)),
+                "'OP_EXEC.retry' fails validation: must be an object",
+            ),
+            (
+                exec_retry(json!({})),
+                "'OP_EXEC.retry' fails validation: max is required",
+            ),
+            (
+                exec_retry(json!({"max": 0})),
+                "'OP_EXEC.retry' fails validation: max",
+            ),
+            (
+                exec_retry(json!({"max": -1})),
+                "'OP_EXEC.retry' fails validation: max",
+            ),
+            (
+                exec_retry(json!({"max": 1.5})),
+                "'OP_EXEC.retry' fails validation: max",
+            ),
+            (
+                exec_retry(json!({"max": RETRY_MAX + 1})),
+                "'OP_EXEC.retry' fails validation: max",
+            ),
+            (
+                exec_retry(json!({"max": 1, "backoff": -1})),
+                "'OP_EXEC.retry' fails validation: backoff",
+            ),
+            (
+                exec_retry(json!({"max": 1, "backoff": RETRY_BACKOFF_SECS_MAX + 1.0})),
+                "'OP_EXEC.retry' fails validation: backoff",
+            ),
+            (
+                exec_retry(json!({"max": 1, "backoff": "1"})),
+                "'OP_EXEC.retry' fails validation: backoff",
+            ),
+            (
+                exec_retry(json!({"max": 1, "on": []})),
+                "'OP_EXEC.retry' fails validation: on",
+            ),
+            (
+                exec_retry(json!({"max": 1, "on": 1})),
+                "'OP_EXEC.retry' fails validation: on",
+            ),
+            (
+                exec_retry(json!({"max": 1, "on": [0]})),
+                "'OP_EXEC.retry' fails validation: on",
+            ),
+            (
+                exec_retry(json!({"max": 1, "on": [256]})),
+                "'OP_EXEC.retry' fails validation: on",
+            ),
+            (
+                exec_retry(json!({"max": 1, "on": ["1"]})),
+                "'OP_EXEC.retry' fails validation: on",
+            ),
+            (
+                exec_retry(json!({"max": 1, "on_death": "yes"})),
+                "'OP_EXEC.retry' fails validation: on_death",
+            ),
+            (
+                exec_retry(json!({"max": 1, "tries": 2})),
+                "'OP_EXEC.retry' fails validation: 'tries' is unknown",
+            ),
+            (
+                exec(json!({"start_by": "tomorrow"})),
+                "'OP_EXEC.start_by' fails validation",
+            ),
+            (exec(json!({"start_by": -1})), "'OP_EXEC.start_by'"),
+            (
+                exec(json!({"start_by": START_BY_SECS_MAX * 1000.0})),
+                "'OP_EXEC.start_by'",
+            ),
+            (
+                exec(json!({"unique_key": ""})),
+                "'OP_EXEC.unique_key' fails validation",
+            ),
+            (exec(json!({"unique_key": 7})), "'OP_EXEC.unique_key'"),
+            (
+                exec(json!({"unique_key": long_key})),
+                "'OP_EXEC.unique_key'",
+            ),
+            (
+                json!({"OP_ID": "OP_TEST_DELAY", "duration": 1, "retry": {"max": 1}}),
+                "'OP_TEST_DELAY.retry' is unknown",
+            ),
+            (
+                json!({"OP_ID": "OP_TEST_DELAY", "duration": 1, "kill_grace": 1}),
+                "'OP_TEST_DELAY.kill_grace' is unknown",
+            ),
+        ];
+        for (input, expected) in cases {
+            let error = error_of(input.clone());
+            assert!(error.contains(expected), "{input}: {error}");
+        }
+        // The longest key passes.
+        parse(&exec(
+            json!({"unique_key": "k".repeat(UNIQUE_KEY_BYTES_MAX)}),
+        ))
+        .unwrap();
     }
 
     #[test]
@@ -1053,7 +1427,8 @@ mod tests {
                     "OP_ID", "priority", "depends", "comment", "reason", "dry_run",
                     "debug_level", "duration", "on_master", "on_nodes", "on_node_uuids",
                     "repeat", "interruptible", "no_locks", "argv", "env", "cwd",
-                    "timeout", "locks", "stdin", "unknown",
+                    "timeout", "locks", "stdin", "lock_timeout", "kill_grace", "retry",
+                    "start_by", "unique_key", "unknown",
                 ]),
                 value in crate::protocol::arbitrary::json(),
             ) {

@@ -94,6 +94,31 @@ fn count_down(counts: &mut BTreeMap<OwnerRef, u32>, owner: &OwnerRef) {
     }
 }
 
+/// The locks of `held` (one owner's holdings) that stand in the way of
+/// `request`, by the rules of [`Allocation::conflicts`]: the same lock
+/// when either side is exclusive, the group of a requested lock when
+/// either side is exclusive, a member of a requested group when either
+/// side is exclusive. In `held`'s order.
+///
+/// For people: a runner whose lock wait timed out names what each blocker
+/// holds with it.
+pub fn conflicting_holdings(held: &[(LockName, Mode)], request: &[Entry]) -> Vec<(LockName, Mode)> {
+    held.iter()
+        .filter(|(lock, mode)| {
+            request.iter().any(|entry| {
+                let Action::Acquire(wanted) = entry.action else {
+                    return false;
+                };
+                let related = *lock == entry.lock
+                    || entry.lock.group().as_ref() == Some(lock)
+                    || lock.group().as_ref() == Some(&entry.lock);
+                related && (wanted == Mode::Exclusive || *mode == Mode::Exclusive)
+            })
+        })
+        .cloned()
+        .collect()
+}
+
 /// [`Allocation::is_satisfied`] against given holdings.
 pub fn is_satisfied_by(held: Option<&BTreeMap<LockName, Mode>>, request: &[Entry]) -> bool {
     request.iter().all(|entry| {
@@ -462,6 +487,62 @@ impl Allocation {
                     "{lock} held by {holder} while another owner holds a conflicting member"
                 );
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lock(text: &str) -> LockName {
+        LockName::parse(text).expect("valid lock name")
+    }
+
+    #[test]
+    fn conflicting_holdings_follow_the_conflict_rules() {
+        let held = vec![
+            (lock("cluster/BGL"), Mode::Shared),
+            (lock("node/n1"), Mode::Shared),
+            (lock("node/n2"), Mode::Exclusive),
+            (lock("instance/[lockset]"), Mode::Shared),
+        ];
+        let cases = [
+            (vec![Entry::shared(lock("node/n1"))], vec![]),
+            (
+                vec![Entry::exclusive(lock("node/n1"))],
+                vec![(lock("node/n1"), Mode::Shared)],
+            ),
+            (
+                vec![Entry::shared(lock("node/n2"))],
+                vec![(lock("node/n2"), Mode::Exclusive)],
+            ),
+            // A requested group meets its held members.
+            (
+                vec![Entry::shared(lock("node/[lockset]"))],
+                vec![(lock("node/n2"), Mode::Exclusive)],
+            ),
+            (
+                vec![Entry::exclusive(lock("node/[lockset]"))],
+                vec![
+                    (lock("node/n1"), Mode::Shared),
+                    (lock("node/n2"), Mode::Exclusive),
+                ],
+            ),
+            // A requested member meets its held group.
+            (vec![Entry::shared(lock("instance/i1"))], vec![]),
+            (
+                vec![Entry::exclusive(lock("instance/i1"))],
+                vec![(lock("instance/[lockset]"), Mode::Shared)],
+            ),
+            (vec![Entry::new(lock("node/n2"), Action::Release)], vec![]),
+        ];
+        for (request, expected) in cases {
+            assert_eq!(
+                conflicting_holdings(&held, &request),
+                expected,
+                "{request:?}"
+            );
         }
     }
 }

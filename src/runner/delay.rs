@@ -207,6 +207,7 @@ mod tests {
             repeat: 0,
             interruptible: false,
             no_locks: true,
+            lock_timeout: None,
         }
     }
 

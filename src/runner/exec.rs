@@ -2,21 +2,32 @@
 //! (PROTOCOL.md "OP_EXEC").
 //!
 //! The program is started with a plain spawn (no shell, and no `pre_exec`
-//! hook, which would force std to fork instead of `posix_spawn`), in the
-//! runner's process group (luxid makes the
-//! runner a group leader, so cancel-with-kill reaches the program), with
-//! the runner's livelock descriptor inherited (the job counts as alive
+//! hook, which would force std to fork instead of `posix_spawn`), in its
+//! own process group (`process_group(0)`: its timeout signals the program
+//! and what it started, never the runner; luxid's cancel-with-kill
+//! signals the groups of the runner's children as well as the runner's),
+//! with the runner's livelock descriptor inherited (the job counts as alive
 //! while the program runs), a cleared environment plus a minimal one and
 //! the opcode's, `cwd` (default `/`), and `stdin` written to it (else
 //! `/dev/null`). Every line it writes on stdout or stderr becomes a log
 //! entry. Its exit is watched through a pidfd in the runner's event loop;
 //! output is read until the program has exited and its pipes hold nothing
 //! more (what processes it left behind write later is not collected).
+//!
+//! Timeout: SIGTERM to the program's process group, then, if the program
+//! is still alive `kill_grace` seconds later, SIGKILL to the group.
+//!
+//! Retry (SCHEDULING.md "Retries"): a failed attempt the opcode's `retry`
+//! covers is run again after `backoff` seconds, at most `max` times; each
+//! attempt writes one log entry with its number and how it ended; the
+//! opcode's result is the last attempt's. A cancel request noticed after
+//! a failed attempt or during the backoff ends the opcode canceled at
+//! once: a canceled job is never retried.
 
 use crate::paths::WORKERS_ENV;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -29,6 +40,7 @@ use serde_json::{Value, json};
 
 use super::log::LineSplitter;
 use super::{Context, OpResult, RunnerError};
+use crate::jobs::LOG_MESSAGE;
 use crate::jobs::opcode::Exec;
 use crate::limits::{DRAIN_AFTER_EXIT_BUDGETS, READ_BUDGET_BYTES, READ_CHUNK_BYTES};
 use crate::sys;
@@ -40,6 +52,14 @@ const STDIN: Token = Token(23);
 
 /// `PATH` of a program's minimal environment.
 pub const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// How an `OP_EXEC` ended, for the runner.
+pub(super) enum Executed {
+    /// The last attempt's result.
+    Done(OpResult),
+    /// A cancel request came between two attempts: no more are made.
+    Canceled,
+}
 
 /// How a program ended, as the opcode's result records it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -71,7 +91,18 @@ impl Ending {
 
     /// The opcode's result: `Ok` only for exit code 0 within the timeout.
     pub fn result(&self, program: &str) -> OpResult {
-        let reason = if let Some(timeout) = self.timed_out {
+        match self.exit_code {
+            Some(0) if self.timed_out.is_none() => Ok(self.details()),
+            _ => Err(json!([
+                "OpExecError",
+                [self.reason(program), self.details()]
+            ])),
+        }
+    }
+
+    /// How the program ended, in one line for people.
+    pub fn reason(&self, program: &str) -> String {
+        if let Some(timeout) = self.timed_out {
             format!("{program} timed out after {timeout} s and was killed")
         } else if let Some(signal) = self.signal {
             let name = Signal::try_from(signal)
@@ -80,12 +111,20 @@ impl Ending {
             format!("{program} was killed by signal {signal}{name}")
         } else {
             match self.exit_code {
-                Some(0) => return Ok(self.details()),
                 Some(code) => format!("{program} exited with code {code}"),
                 None => format!("{program} ended without an exit code"),
             }
-        };
-        Err(json!(["OpExecError", [reason, self.details()]]))
+        }
+    }
+
+    /// The exit code a retry's `on` is matched with: none for a program
+    /// that timed out or was killed by a signal.
+    fn retry_code(&self) -> Option<i32> {
+        if self.timed_out.is_some() {
+            None
+        } else {
+            self.exit_code
+        }
     }
 }
 
@@ -133,7 +172,10 @@ pub fn command(exec: &Exec, job: u64, root: &Path) -> Command {
             Stdio::null()
         })
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .stderr(Stdio::piped())
+        // Its own group: its timeout's signals reach what it started and
+        // spare the runner.
+        .process_group(0);
     command
 }
 
@@ -251,25 +293,85 @@ impl Input {
     }
 }
 
-/// Runs the program of opcode `index` to its end.
+/// Runs the program of opcode `index` to its end, and again as its
+/// `retry` says.
 pub(super) fn run(
     context: &mut Context,
     index: usize,
     exec: &Exec,
     root: &Path,
-) -> Result<OpResult, RunnerError> {
+) -> Result<Executed, RunnerError> {
+    let Some(retry) = &exec.retry else {
+        return Ok(Executed::Done(attempt(context, index, exec, root)?.0));
+    };
+    let program = exec.argv[0].as_str();
+    let attempts = retry.max + 1;
+    let mut number = 1;
+    loop {
+        let (result, ending) = attempt(context, index, exec, root)?;
+        let reason = match &ending {
+            Some(ending) => ending.reason(program),
+            None => result
+                .as_ref()
+                .err()
+                .and_then(|error| error[1][0].as_str())
+                .unwrap_or("the program did not start")
+                .to_owned(),
+        };
+        context.log_now(
+            index,
+            LOG_MESSAGE,
+            Value::String(format!("Attempt {number} of {attempts}: {reason}")),
+        )?;
+        let code = ending.as_ref().and_then(Ending::retry_code);
+        if result.is_ok() || number == attempts || !retry.covers(code) {
+            return Ok(Executed::Done(result));
+        }
+        context.check_signals();
+        if context.cancel_requested || backoff(context, retry.backoff)? {
+            return Ok(Executed::Canceled);
+        }
+        number += 1;
+    }
+}
+
+/// Waits `seconds` between two attempts; answers whether a cancel request
+/// came meanwhile (the wait then ends at once).
+fn backoff(context: &mut Context, seconds: f64) -> Result<bool, RunnerError> {
+    let pause = Duration::try_from_secs_f64(seconds).unwrap_or(Duration::ZERO);
+    let until = Instant::now() + pause;
+    while Instant::now() < until {
+        context.wait(Some(until))?;
+        if context.cancel_requested {
+            return Ok(true);
+        }
+    }
+    Ok(context.cancel_requested)
+}
+
+/// One run of the program: its result and how it ended (`None`: it did
+/// not start).
+fn attempt(
+    context: &mut Context,
+    index: usize,
+    exec: &Exec,
+    root: &Path,
+) -> Result<(OpResult, Option<Ending>), RunnerError> {
     let program = exec.argv[0].as_str();
     let started = Instant::now();
     let mut child = match command(exec, context.job.id, root).spawn() {
         Ok(child) => child,
-        Err(error) => return Ok(not_started(program, error)),
+        Err(error) => return Ok((not_started(program, error), None)),
     };
     let pidfd = match sys::pidfd_open(child.id()) {
         Ok(pidfd) => pidfd,
         Err(error) => {
             let _ = child.kill();
             let _ = child.wait();
-            return Ok(not_started(program, format!("cannot watch it: {error}")));
+            return Ok((
+                not_started(program, format!("cannot watch it: {error}")),
+                None,
+            ));
         }
     };
     let pidfd_raw = pidfd.as_raw_fd();
@@ -306,7 +408,10 @@ pub(super) fn run(
             let _ = registry.deregister(&mut SourceFd(&pidfd_raw));
             let _ = child.kill();
             let _ = child.wait();
-            return Ok(not_started(program, format!("cannot watch it: {error}")));
+            return Ok((
+                not_started(program, format!("cannot watch it: {error}")),
+                None,
+            ));
         }
     };
     input.feed(context);
@@ -329,12 +434,13 @@ pub(super) fn run(
     if let Some(mut pipe) = input.pipe.take() {
         let _ = context.registry().deregister(&mut pipe);
     }
-    Ok(ending.result(program))
+    Ok((ending.result(program), Some(ending)))
 }
 
 /// The event loop while the program runs: its output logged, its stdin
-/// fed, its timeout enforced. Answers its exit status and, if it was
-/// killed for its timeout, the timeout.
+/// fed, its timeout enforced (SIGTERM to its group, SIGKILL to the group
+/// `kill_grace` later if it still lives). Answers its exit status and, if
+/// it timed out, the timeout.
 fn supervise(
     context: &mut Context,
     index: usize,
@@ -348,19 +454,27 @@ fn supervise(
         .timeout
         .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok())
         .map(|timeout| started + timeout);
+    let grace = Duration::try_from_secs_f64(exec.kill_grace).unwrap_or(Duration::ZERO);
     let mut timed_out = None;
+    // Once SIGTERM was sent: when SIGKILL is due, until it is sent.
+    let mut kill_at: Option<Instant> = None;
     loop {
+        // Reaped only here: until then the program's pid names its group.
         if let Some(status) = exited(child)? {
             return Ok((status, timed_out));
         }
-        if timed_out.is_none() && timeout_at.is_some_and(|at| Instant::now() >= at) {
-            // SIGKILL to the program's pid; processes it started are left
-            // to the job's end (they hold the livelock, so the job's locks
-            // stay until they are gone).
-            if let Err(error) = child.kill() {
-                tracing::warn!(%error, "cannot kill the program at its timeout");
-            }
+        let now = Instant::now();
+        if timed_out.is_none() && timeout_at.is_some_and(|at| now >= at) {
+            signal_group(child, Signal::SIGTERM);
             timed_out = exec.timeout;
+            kill_at = Some(now + grace);
+        }
+        if kill_at.is_some_and(|at| now >= at) {
+            // What the program started and left is left to the job's end
+            // if the program itself exited within the grace (they hold the
+            // livelock, so the job's locks stay until they are gone).
+            signal_group(child, Signal::SIGKILL);
+            kill_at = None;
         }
         let more = outputs.iter().any(|output| output.more);
         let deadline = if more {
@@ -368,7 +482,7 @@ fn supervise(
         } else if timed_out.is_none() {
             timeout_at
         } else {
-            None
+            kill_at
         };
         let ready = context.wait(deadline)?;
         for output in outputs.iter_mut() {
@@ -385,6 +499,20 @@ fn supervise(
             .any(|event| event.token == STDIN && event.writable)
         {
             input.feed(context);
+        }
+    }
+}
+
+/// Sends `signal` to the program's process group (it leads it: see
+/// [`command`]), or to the program alone if that fails. Only before the
+/// program is reaped: until then its pid cannot name another group.
+fn signal_group(child: &Child, signal: Signal) {
+    match sys::send_signal_to_group(child.id(), signal) {
+        Ok(()) => {}
+        Err(error) if error.raw_os_error() == Some(nix::libc::ESRCH) => {}
+        Err(error) => {
+            tracing::warn!(pid = child.id(), %error, ?signal, "cannot signal the program's process group");
+            let _ = sys::send_signal(child.id(), signal);
         }
     }
 }
@@ -452,6 +580,9 @@ mod tests {
             timeout: None,
             locks: vec![],
             stdin: None,
+            lock_timeout: None,
+            kill_grace: 10.0,
+            retry: None,
         };
         let command = command(&exec, 42, Path::new("/r"));
         let env: Vec<(String, Option<String>)> = command

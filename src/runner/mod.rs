@@ -20,9 +20,10 @@
 //! 3. Each opcode in order: `waiting` (its dependencies and preconditions
 //!    are checked, then `cluster/BGL` shared plus its own locks are awaited
 //!    from wconfd at the opcode's priority; an unreachable wconfd is waited
-//!    for), `running`, then `success` or `error`; its locks are freed. A
-//!    failure makes every later opcode `error` ("Preceding opcode
-//!    failed").
+//!    for; past the opcode's `lock_timeout` the request is withdrawn and
+//!    the opcode fails naming its blockers), `running`, then `success` or
+//!    `error`; its locks are freed. A failure makes every later opcode
+//!    `error` ("Preceding opcode failed").
 //! 4. The job ends: `end_timestamp`, the final file, locks freed, the
 //!    livelock removed, exit 0.
 //!
@@ -37,7 +38,9 @@
 //!   request is dropped and it and every later opcode become `canceling`,
 //!   then `canceled`. A running opcode is never interrupted: the cancel
 //!   takes effect when the next opcode would start (Ganeti's rule, and the
-//!   one luxid's `CancelJob` answer promises). The last moment a cancel
+//!   one luxid's `CancelJob` answer promises), or, for an `OP_EXEC` with a
+//!   `retry`, when its next attempt would start (the opcode then ends
+//!   `canceled`: a canceled job is never retried). The last moment a cancel
 //!   still stops an opcode is just after its `running` is on disk, before
 //!   its work starts: luxid promises a cancel only if the job file it reads
 //!   after sending SIGTERM shows no opcode running.
@@ -68,10 +71,11 @@ use crate::jobs::opcode::{self, OpKind, Opcode};
 use crate::jobs::runner_contract::{EXIT_JOB_FILE_UNWRITABLE, EXIT_NO_LIVELOCK, Start};
 use crate::jobs::{Job, JobId, LOG_MESSAGE, Status, Timestamp};
 use crate::limits::{
-    AWAIT_ANSWER_GRACE, AWAIT_TIMEOUT_MS, LOG_FLUSH_INTERVAL, WAITING_SHOWN_AFTER,
-    WCONFD_RECONNECT_PAUSE_MAX, WCONFD_RECONNECT_PAUSE_MIN,
+    AWAIT_ANSWER_GRACE, AWAIT_TIMEOUT_MS, LOCK_TIMEOUT_BLOCKERS_MAX, LOG_FLUSH_INTERVAL,
+    WAITING_SHOWN_AFTER, WCONFD_RECONNECT_PAUSE_MAX, WCONFD_RECONNECT_PAUSE_MIN,
 };
 use crate::liveness::{Livelock, job_livelock_name};
+use crate::locks::allocation::conflicting_holdings;
 use crate::locks::{Entry, LockName, Mode, Owner};
 use crate::paths::{LIVELOCK_DIR, QUEUE_DIR, SOCKET_DIR};
 use crate::queue;
@@ -524,6 +528,20 @@ enum Acquired {
     Granted,
     /// SIGTERM while waiting: the request is still pending in wconfd.
     Canceled,
+    /// The opcode's `lock_timeout` passed: the request (`request`) is
+    /// still pending in wconfd, blocked by `blockers` (owners as wconfd
+    /// names them).
+    TimedOut {
+        blockers: Vec<Value>,
+        request: Vec<Entry>,
+    },
+}
+
+/// How one connection's wait for a lock request ended.
+enum Waited {
+    Granted,
+    Canceled,
+    TimedOut(Vec<Value>),
 }
 
 /// The result of running an opcode: `Ok(result)` for `success`,
@@ -594,11 +612,26 @@ impl Runner {
         {
             return self.fail(index, result, false);
         }
-        match self.acquire(index, &parsed.locks()) {
+        let lock_timeout = parsed.lock_timeout();
+        match self.acquire(index, &parsed.locks(), lock_timeout) {
             Ok(Acquired::Granted) => {}
             Ok(Acquired::Canceled) => {
                 self.cancel_from(index, CANCELED_RESULT, true)?;
                 return Ok(false);
+            }
+            Ok(Acquired::TimedOut { blockers, request }) => {
+                let blockers = self.describe_blockers(&blockers, &request);
+                let seconds = lock_timeout.expect("only a lock timeout times out");
+                let result = op_error(
+                    "OpExecError",
+                    json!([
+                        format!("lock wait timed out after {seconds} s"),
+                        {"blockers": blockers}
+                    ]),
+                );
+                // `fail` frees the job's locks, which withdraws the
+                // pending request from wconfd.
+                return self.fail(index, result, true);
             }
             Err(message) => return self.fail(index, exec_error(message), true),
         }
@@ -626,7 +659,17 @@ impl Runner {
             self.cancel_from(index, CANCELED_RESULT, true)?;
             return Ok(false);
         }
-        let result = self.execute(index, &parsed)?;
+        let result = match self.execute(index, &parsed)? {
+            exec::Executed::Done(result) => result,
+            exec::Executed::Canceled => {
+                let now = Timestamp::now();
+                self.context
+                    .log
+                    .finish_opcode(&mut self.context.job.ops[index], now);
+                self.cancel_from(index, CANCELED_RESULT, true)?;
+                return Ok(false);
+            }
+        };
         let succeeded = result.is_ok();
         {
             let now = Timestamp::now();
@@ -652,10 +695,11 @@ impl Runner {
         Ok(succeeded)
     }
 
-    fn execute(&mut self, index: usize, parsed: &Opcode) -> Result<OpResult, RunnerError> {
+    fn execute(&mut self, index: usize, parsed: &Opcode) -> Result<exec::Executed, RunnerError> {
         match &parsed.kind {
             OpKind::TestDelay(delay) => {
                 delay::run(&mut self.context, index, delay, &self.root.join(SOCKET_DIR))
+                    .map(exec::Executed::Done)
             }
             OpKind::Exec(program) => exec::run(&mut self.context, index, program, &self.root),
         }
@@ -756,7 +800,21 @@ impl Runner {
     /// identical request, which wconfd answers from its durable state (the
     /// current blockers if still pending, `[]` if granted meanwhile). The
     /// opcode stays `waiting` and can be canceled meanwhile.
-    fn acquire(&mut self, index: usize, locks: &[(LockName, Mode)]) -> Result<Acquired, String> {
+    ///
+    /// `lock_timeout` (seconds): once it has passed since the first
+    /// request, the wait ends with [`Acquired::TimedOut`] and the request
+    /// still pending (the caller withdraws it). A timeout that passes
+    /// while wconfd is unreachable ends the wait too, with no blockers
+    /// named (none could be asked for).
+    fn acquire(
+        &mut self,
+        index: usize,
+        locks: &[(LockName, Mode)],
+        lock_timeout: Option<f64>,
+    ) -> Result<Acquired, String> {
+        let lock_deadline = lock_timeout
+            .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok())
+            .map(|timeout| Instant::now() + timeout);
         let mut request = vec![Entry::shared(LockName::Bgl)];
         request.extend(
             locks
@@ -766,17 +824,34 @@ impl Runner {
         self.used_wconfd = true;
         let mut pause = WCONFD_RECONNECT_PAUSE_MIN;
         loop {
-            let result = self.await_locks(index, &request);
+            let result = self.await_locks(index, &request, lock_deadline);
             self.unwatch_wconfd();
             match result {
-                Ok(acquired) => return Ok(acquired),
+                Ok(Waited::Granted) => return Ok(Acquired::Granted),
+                Ok(Waited::Canceled) => return Ok(Acquired::Canceled),
+                Ok(Waited::TimedOut(blockers)) => {
+                    return Ok(Acquired::TimedOut { blockers, request });
+                }
+                Err(AwaitError::Unreachable(_))
+                    if lock_deadline.is_some_and(|at| Instant::now() >= at) =>
+                {
+                    self.wconfd = None;
+                    return Ok(Acquired::TimedOut {
+                        blockers: Vec::new(),
+                        request,
+                    });
+                }
                 Err(AwaitError::Unreachable(message)) => {
                     self.wconfd = None;
                     if pause == WCONFD_RECONNECT_PAUSE_MIN {
                         tracing::warn!(job = self.id, %message, "wconfd is unreachable; waiting for it");
                     }
+                    let pause_now = match lock_deadline {
+                        Some(at) => pause.min(at.saturating_duration_since(Instant::now())),
+                        None => pause,
+                    };
                     if self
-                        .pause_for_wconfd(pause)
+                        .pause_for_wconfd(pause_now)
                         .map_err(|error| error.to_string())?
                     {
                         return Ok(Acquired::Canceled);
@@ -808,7 +883,12 @@ impl Runner {
         Ok(self.context.cancel_requested)
     }
 
-    fn await_locks(&mut self, index: usize, request: &[Entry]) -> Result<Acquired, AwaitError> {
+    fn await_locks(
+        &mut self,
+        index: usize,
+        request: &[Entry],
+        lock_deadline: Option<Instant>,
+    ) -> Result<Waited, AwaitError> {
         let unreachable = AwaitError::from_client;
         self.watch_wconfd().map_err(unreachable)?;
         let waiting_since = Instant::now();
@@ -816,15 +896,25 @@ impl Runner {
         loop {
             self.context.check_signals();
             if self.context.cancel_requested {
-                return Ok(Acquired::Canceled);
+                return Ok(Waited::Canceled);
             }
             let priority = self.context.job.ops[index].priority;
+            // Held no longer than the lock timeout leaves (rounded up, so
+            // that the answer comes at or after it).
+            let timeout_ms = match lock_deadline {
+                Some(at) => {
+                    let left = at.saturating_duration_since(Instant::now());
+                    let left_ms =
+                        u64::try_from(left.as_micros().div_ceil(1000)).unwrap_or(u64::MAX);
+                    left_ms.min(AWAIT_TIMEOUT_MS)
+                }
+                None => AWAIT_TIMEOUT_MS,
+            };
             let client = self.wconfd.as_mut().expect("connected above");
             client
-                .send_await_locks(&self.owner, priority, request, AWAIT_TIMEOUT_MS)
+                .send_await_locks(&self.owner, priority, request, timeout_ms)
                 .map_err(unreachable)?;
-            let deadline =
-                Instant::now() + Duration::from_millis(AWAIT_TIMEOUT_MS) + AWAIT_ANSWER_GRACE;
+            let deadline = Instant::now() + Duration::from_millis(timeout_ms) + AWAIT_ANSWER_GRACE;
             let show_waiting_at = Instant::now() + WAITING_SHOWN_AFTER;
             loop {
                 let mut wake = if self.context.unpublished_waiting {
@@ -850,7 +940,7 @@ impl Runner {
                         .map_err(|error| AwaitError::Failed(error.to_string()))?;
                 }
                 if self.context.cancel_requested {
-                    return Ok(Acquired::Canceled);
+                    return Ok(Waited::Canceled);
                 }
                 if self.context.job.ops[index].priority != priority {
                     // wconfd keeps a pending request's priority when it is
@@ -869,7 +959,12 @@ impl Runner {
                     let client = self.wconfd.as_mut().expect("connected above");
                     match client.receive_blockers() {
                         Ok(blockers) if blockers.is_empty() => {
-                            return Ok(Acquired::Granted);
+                            return Ok(Waited::Granted);
+                        }
+                        // Held until the lock timeout: the request stays
+                        // pending, for the caller to withdraw.
+                        Ok(blockers) if lock_deadline.is_some_and(|at| Instant::now() >= at) => {
+                            return Ok(Waited::TimedOut(blockers));
                         }
                         // Timed out with blockers: the request stays
                         // pending; ask again.
@@ -878,7 +973,7 @@ impl Runner {
                     }
                 }
                 if Instant::now() >= deadline {
-                    let waited = Duration::from_millis(AWAIT_TIMEOUT_MS) + AWAIT_ANSWER_GRACE;
+                    let waited = Duration::from_millis(timeout_ms) + AWAIT_ANSWER_GRACE;
                     return Err(AwaitError::Failed(format!(
                         "wconfd did not answer a lock request within {} s",
                         waited.as_secs()
@@ -908,6 +1003,31 @@ impl Runner {
             }),
         };
         self.context.log_now(index, "why", message)
+    }
+
+    /// The blockers of a lock wait that timed out, for its result: each
+    /// owner as wconfd names it (`[ident, livelock, pid]`) with the locks
+    /// it holds that stand in the way of `request`, asked of wconfd now
+    /// (`listLocks`); at most [`LOCK_TIMEOUT_BLOCKERS_MAX`] of them. An
+    /// owner wconfd cannot list (it went away meanwhile) is named with no
+    /// locks.
+    fn describe_blockers(&mut self, blockers: &[Value], request: &[Entry]) -> Vec<Value> {
+        let mut described = Vec::with_capacity(blockers.len().min(LOCK_TIMEOUT_BLOCKERS_MAX));
+        for blocker in blockers.iter().take(LOCK_TIMEOUT_BLOCKERS_MAX) {
+            let held = crate::protocol::wconfd::decode_owner(blocker)
+                .ok()
+                .and_then(|owner| match self.wconfd() {
+                    Ok(client) => client.list_locks(&owner).ok(),
+                    Err(_) => None,
+                })
+                .unwrap_or_default();
+            let locks: Vec<Value> = conflicting_holdings(&held, request)
+                .iter()
+                .map(|(lock, mode)| json!([lock.to_string(), mode.as_str()]))
+                .collect();
+            described.push(json!({"owner": blocker, "locks": locks}));
+        }
+        described
     }
 
     /// Connects to wconfd if needed and watches the connection in the

@@ -42,6 +42,7 @@ mod runner;
 mod scheduling;
 mod storage_faults;
 mod sync_faults;
+mod timeouts;
 mod torture;
 mod wconfd_bad_input;
 mod wconfd_liveness;

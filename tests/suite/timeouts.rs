@@ -1,0 +1,365 @@
+//! Timeouts and retries end to end (SCHEDULING.md "Timeouts", "Retries"):
+//! a real luxid and wconfd, real runners and programs. `lock_timeout`
+//! names its blockers and withdraws its request; `timeout` sends SIGTERM
+//! to the program's group, then SIGKILL after `kill_grace`; `retry` runs
+//! a failed program again, one log entry per attempt, and never a
+//! canceled job's; bad values of each field are refused at submit.
+
+use std::fs;
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::daemon::{DEADLINE, wait_until};
+use crate::luxid::Cluster;
+
+fn sh(script: &str) -> Value {
+    json!({"OP_ID": "OP_EXEC", "argv": ["/bin/sh", "-c", script]})
+}
+
+fn with(mut op: Value, fields: Value) -> Value {
+    for (name, value) in fields.as_object().expect("an object") {
+        op[name] = value.clone();
+    }
+    op
+}
+
+/// The messages of opcode `op`'s log entries, in order.
+fn log_messages(cluster: &Cluster, id: u64, op: usize) -> Vec<String> {
+    let log = cluster.query(id, &["oplog"])[0][op].clone();
+    log.as_array()
+        .expect("a log")
+        .iter()
+        .map(|entry| match &entry[3] {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        })
+        .collect()
+}
+
+fn attempts(cluster: &Cluster, id: u64) -> Vec<String> {
+    log_messages(cluster, id, 0)
+        .into_iter()
+        .filter(|message| message.starts_with("Attempt "))
+        .collect()
+}
+
+fn opresult(cluster: &Cluster, id: u64) -> Value {
+    cluster.query(id, &["opresult"])[0].clone()
+}
+
+fn wait_for_file(path: &Path) {
+    wait_until(&format!("{} exists", path.display()), DEADLINE, || {
+        path.exists()
+    });
+}
+
+#[test]
+fn a_lock_wait_past_its_timeout_fails_naming_the_blocker_and_withdraws_its_request() {
+    let cluster = Cluster::start();
+    let root = cluster.root().path();
+    let started = root.join("holder-started");
+    let release = root.join("holder-release");
+    let holder = cluster.submit(json!([with(
+        sh(&format!(
+            "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+            started.display(),
+            release.display()
+        )),
+        json!({"locks": [["node/n1", "exclusive"]]})
+    )]));
+    wait_for_file(&started);
+    let waiter = cluster.submit(json!([
+        with(
+            sh("true"),
+            json!({"locks": [["node/n1", "shared"]], "lock_timeout": 0.5})
+        ),
+        sh("true"),
+    ]));
+    assert_eq!(cluster.wait_final(waiter), "error", "{}", cluster.logs());
+    let result = opresult(&cluster, waiter);
+    assert_eq!(result[0][0], "OpExecError", "{result}");
+    assert_eq!(
+        result[0][1][0], "lock wait timed out after 0.5 s",
+        "{result}"
+    );
+    let blockers = result[0][1][1]["blockers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no blockers: {result}"))
+        .clone();
+    assert_eq!(blockers.len(), 1, "{result}");
+    let owner = &blockers[0]["owner"];
+    assert_eq!(owner[0], json!(holder), "the holder's job: {result}");
+    let row = cluster.query(holder, &["status"]);
+    assert_eq!(row[0], "running");
+    assert!(owner[1].as_str().is_some_and(|path| path.contains("job_")));
+    assert!(owner[2].as_u64().is_some());
+    assert_eq!(blockers[0]["locks"], json!([["node/n1", "exclusive"]]));
+    assert_eq!(
+        result[1],
+        json!(["OpExecError", ["Preceding opcode failed"]])
+    );
+    // Withdrawn: wconfd has no request of the waiter's, and the holder
+    // still holds its lock.
+    let waiting = cluster
+        .wconfd_client()
+        .ok("listLocksWaitingStatus", json!([]));
+    let pending = waiting[1].as_array().expect("the pending requests");
+    assert!(
+        pending.iter().all(|request| request[1][0] != json!(waiter)),
+        "{waiting}"
+    );
+    assert!(
+        waiting[0].to_string().contains("node/n1"),
+        "the holder's lock: {waiting}"
+    );
+    fs::write(&release, "").expect("release the holder");
+    assert_eq!(cluster.wait_final(holder), "success");
+}
+
+#[test]
+fn a_lock_timeout_of_zero_fails_at_once_and_one_that_is_met_is_no_failure() {
+    let cluster = Cluster::start();
+    let root = cluster.root().path();
+    let started = root.join("started");
+    let release = root.join("release");
+    let holder = cluster.submit(json!([with(
+        sh(&format!(
+            "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+            started.display(),
+            release.display()
+        )),
+        json!({"locks": [["node/n1", "exclusive"]]})
+    )]));
+    wait_for_file(&started);
+    let delay = json!({"OP_ID": "OP_TEST_DELAY", "duration": 0.01, "on_nodes": ["n1"],
+                       "lock_timeout": 0});
+    let at_once = cluster.submit(json!([delay]));
+    assert_eq!(cluster.wait_final(at_once), "error");
+    let result = opresult(&cluster, at_once);
+    assert_eq!(result[0][1][0], "lock wait timed out after 0 s", "{result}");
+    assert_eq!(result[0][1][1]["blockers"][0]["owner"][0], json!(holder));
+    // Free locks come within any timeout.
+    let free = cluster.submit(json!([with(
+        sh("true"),
+        json!({"locks": [["node/n2", "exclusive"]], "lock_timeout": 0})
+    )]));
+    assert_eq!(cluster.wait_final(free), "success");
+    fs::write(&release, "").expect("release the holder");
+    assert_eq!(cluster.wait_final(holder), "success");
+}
+
+#[test]
+fn a_timeout_sends_sigterm_to_the_programs_group_first() {
+    let cluster = Cluster::start();
+    let root = cluster.root().path();
+    let marker = root.join("got-sigterm");
+    let script = format!(
+        "trap 'echo term > {}; exit 0' TERM; while :; do sleep 0.05; done",
+        marker.display()
+    );
+    let id = cluster.submit(json!([with(
+        sh(&script),
+        json!({"timeout": 0.3, "kill_grace": 5})
+    )]));
+    assert_eq!(cluster.wait_final(id), "error");
+    let result = opresult(&cluster, id);
+    assert_eq!(
+        result[0][1][0], "/bin/sh timed out after 0.3 s and was killed",
+        "{result}"
+    );
+    assert_eq!(fs::read_to_string(&marker).expect("the marker"), "term\n");
+    let details = &result[0][1][1];
+    assert_eq!(details["exit_code"], 0, "it exited on SIGTERM: {result}");
+    let duration = details["duration"].as_f64().expect("a duration");
+    assert!(
+        (0.3..5.0).contains(&duration),
+        "ended before the grace: {duration}"
+    );
+}
+
+#[test]
+fn a_program_that_ignores_sigterm_is_killed_after_the_grace() {
+    let cluster = Cluster::start();
+    let id = cluster.submit(json!([with(
+        sh("trap '' TERM; exec sleep 30"),
+        json!({"timeout": 0.3, "kill_grace": 0.5})
+    )]));
+    assert_eq!(cluster.wait_final(id), "error");
+    let result = opresult(&cluster, id);
+    assert_eq!(
+        result[0][1][0], "/bin/sh timed out after 0.3 s and was killed",
+        "{result}"
+    );
+    let details = &result[0][1][1];
+    assert_eq!(details["signal"], 9, "{result}");
+    let duration = details["duration"].as_f64().expect("a duration");
+    assert!(
+        (0.8..10.0).contains(&duration),
+        "killed after the grace: {duration}"
+    );
+}
+
+#[test]
+fn a_program_failing_twice_then_succeeding_is_retried_with_an_entry_per_attempt() {
+    let cluster = Cluster::start();
+    let counter = cluster.root().path().join("count");
+    let script = format!(
+        "n=$(cat {c} 2>/dev/null || echo 0); n=$((n + 1)); echo $n > {c}; [ $n -ge 3 ]",
+        c = counter.display()
+    );
+    let id = cluster.submit(json!([with(
+        sh(&script),
+        json!({"retry": {"max": 3, "backoff": 0.05}})
+    )]));
+    assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
+    assert_eq!(
+        attempts(&cluster, id),
+        [
+            "Attempt 1 of 4: /bin/sh exited with code 1",
+            "Attempt 2 of 4: /bin/sh exited with code 1",
+            "Attempt 3 of 4: /bin/sh exited with code 0",
+        ]
+    );
+    assert_eq!(opresult(&cluster, id)[0]["exit_code"], 0);
+    assert_eq!(fs::read_to_string(&counter).expect("the counter"), "3\n");
+}
+
+#[test]
+fn an_exit_code_retry_on_does_not_name_is_not_retried_and_a_timeout_is_when_on_is_null() {
+    let cluster = Cluster::start();
+    let id = cluster.submit(json!([with(
+        sh("exit 3"),
+        json!({"retry": {"max": 3, "on": [2, 4]}})
+    )]));
+    assert_eq!(cluster.wait_final(id), "error");
+    assert_eq!(
+        attempts(&cluster, id),
+        ["Attempt 1 of 4: /bin/sh exited with code 3"]
+    );
+    assert_eq!(
+        opresult(&cluster, id)[0][1][0],
+        "/bin/sh exited with code 3"
+    );
+
+    let named = cluster.submit(json!([with(
+        sh("exit 2"),
+        json!({"retry": {"max": 1, "on": [2]}})
+    )]));
+    assert_eq!(cluster.wait_final(named), "error");
+    assert_eq!(attempts(&cluster, named).len(), 2);
+
+    let slow = cluster.submit(json!([with(
+        sh("exec sleep 30"),
+        json!({"timeout": 0.2, "kill_grace": 0, "retry": {"max": 1}})
+    )]));
+    assert_eq!(cluster.wait_final(slow), "error");
+    assert_eq!(
+        attempts(&cluster, slow),
+        [
+            "Attempt 1 of 2: /bin/sh timed out after 0.2 s and was killed",
+            "Attempt 2 of 2: /bin/sh timed out after 0.2 s and was killed",
+        ]
+    );
+}
+
+#[test]
+fn a_job_canceled_during_the_backoff_ends_canceled_at_once_without_a_retry() {
+    let cluster = Cluster::start();
+    let runs = cluster.root().path().join("runs");
+    let id = cluster.submit(json!([
+        with(
+            sh(&format!("echo run >> {}; exit 1", runs.display())),
+            json!({"retry": {"max": 3, "backoff": 60}})
+        ),
+        sh("true"),
+    ]));
+    wait_until("the first attempt is logged", DEADLINE, || {
+        !attempts(&cluster, id).is_empty()
+    });
+    cluster.client().ok("CancelJob", json!([id]));
+    // Well before the backoff would have ended.
+    assert_eq!(cluster.wait_final(id), "canceled", "{}", cluster.logs());
+    assert_eq!(
+        cluster.query(id, &["opstatus"])[0],
+        json!(["canceled", "canceled"])
+    );
+    assert_eq!(
+        attempts(&cluster, id),
+        ["Attempt 1 of 4: /bin/sh exited with code 1"]
+    );
+    assert_eq!(fs::read_to_string(&runs).expect("the runs"), "run\n");
+}
+
+#[test]
+fn bad_timeout_and_retry_fields_are_refused_at_submit_naming_them() {
+    let cluster = Cluster::start();
+    let mut client = cluster.client();
+    let exec = sh("true");
+    let delay = json!({"OP_ID": "OP_TEST_DELAY", "duration": 0.01});
+    let cases = [
+        (
+            json!([with(exec.clone(), json!({"lock_timeout": -1}))]),
+            "'OP_EXEC.lock_timeout' fails validation",
+        ),
+        (
+            json!([with(delay.clone(), json!({"lock_timeout": "soon"}))]),
+            "'OP_TEST_DELAY.lock_timeout' fails validation",
+        ),
+        (
+            json!([with(exec.clone(), json!({"kill_grace": -0.5}))]),
+            "'OP_EXEC.kill_grace' fails validation",
+        ),
+        (
+            json!([with(exec.clone(), json!({"retry": {"max": 0}}))]),
+            "'OP_EXEC.retry' fails validation: max",
+        ),
+        (
+            json!([with(exec.clone(), json!({"retry": {"max": 1, "on": [0]}}))]),
+            "'OP_EXEC.retry' fails validation: on",
+        ),
+        (
+            json!([with(
+                exec.clone(),
+                json!({"retry": {"max": 1, "backoff": -1}})
+            )]),
+            "'OP_EXEC.retry' fails validation: backoff",
+        ),
+        (
+            json!([with(exec.clone(), json!({"retry": [3]}))]),
+            "'OP_EXEC.retry' fails validation",
+        ),
+        (
+            json!([with(exec.clone(), json!({"start_by": "noon"}))]),
+            "'OP_EXEC.start_by' fails validation",
+        ),
+        (
+            json!([with(exec.clone(), json!({"unique_key": ""}))]),
+            "'OP_EXEC.unique_key' fails validation",
+        ),
+        (
+            json!([exec.clone(), with(exec.clone(), json!({"start_by": 1e9}))]),
+            "opcode 1: start_by: only the first opcode",
+        ),
+        (
+            json!([
+                exec.clone(),
+                with(delay.clone(), json!({"unique_key": "k"}))
+            ]),
+            "opcode 1: unique_key: only the first opcode",
+        ),
+    ];
+    for (ops, expected) in cases {
+        let (class, message) = client.fails("SubmitJob", json!([ops]));
+        assert_eq!(class, "OpPrereqError", "{ops}: {message}");
+        assert!(message.contains(expected), "{ops}: {message}");
+    }
+    // Nothing was stored: the next valid job is the first.
+    let first = with(
+        exec,
+        json!({"start_by": 4e9, "unique_key": "nightly", "lock_timeout": 5,
+               "kill_grace": 1, "retry": {"max": 2, "on": null, "on_death": true}}),
+    );
+    assert_eq!(cluster.submit(json!([first, delay])), 1);
+    assert_eq!(cluster.wait_final(1), "success");
+}
