@@ -128,38 +128,6 @@ pub fn send_signal_to_group(pgid: u32, signal: impl Into<Option<Signal>>) -> io:
     Ok(())
 }
 
-/// The pids of the children of process `pid`'s main thread, from
-/// `/proc/<pid>/task/<pid>/children` (empty if it is gone).
-///
-/// Why: a job's runner starts each `OP_EXEC` program in the program's own
-/// process group, so a SIGKILL to the runner's group misses it; luxid kills
-/// the runner's children's groups first (the runner has one thread, so its
-/// children are its main thread's). A child listed here is not yet reaped,
-/// so its pid cannot have been reused.
-pub fn child_pids(pid: u32) -> io::Result<Vec<u32>> {
-    let path = format!("/proc/{pid}/task/{pid}/children");
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(text
-            .split_ascii_whitespace()
-            .filter_map(|child| child.parse().ok())
-            .collect()),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(error) => Err(error),
-    }
-}
-
-/// SIGKILL to every process of a job: the process groups of its runner's
-/// children (its `OP_EXEC` programs lead their own), then the runner's
-/// group (luxid starts runners as group leaders). The answer is that of
-/// the runner's group, as [`send_signal_to_group`] gives it.
-pub fn kill_job_groups(runner: u32) -> io::Result<()> {
-    for child in child_pids(runner).unwrap_or_default() {
-        // A child that has not made its own group yet is in the runner's.
-        let _ = send_signal_to_group(child, Signal::SIGKILL);
-    }
-    send_signal_to_group(runner, Signal::SIGKILL)
-}
-
 /// The pid of a process holding a POSIX (`fcntl`) write lock on any part of
 /// `file`, if there is one (`fcntl(F_GETLK)` asking for a read lock over the
 /// whole file).

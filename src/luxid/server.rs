@@ -605,7 +605,7 @@ impl Shell {
                     }
                 }
                 Effect::KillGroup { id: _, pid } => {
-                    let _ = sys::kill_job_groups(pid);
+                    let _ = sys::send_signal_to_group(pid, Signal::SIGKILL);
                 }
                 Effect::WatchLivelock { id, path } => {
                     if let Ok(watch) = self.inotify.add_watch(&path, AddWatchFlags::IN_CLOSE_WRITE)
@@ -693,7 +693,7 @@ impl Shell {
                     .map_err(|error| error.to_string())
             }
             Action::KillGroup { id: _, pid } => {
-                sys::kill_job_groups(pid).map_err(|error| error.to_string())
+                sys::send_signal_to_group(pid, Signal::SIGKILL).map_err(|error| error.to_string())
             }
             Action::WriteFilters(rules) => self.queue.write_filters(&rules).map_err(|error| {
                 tracing::error!(%error, "cannot write the filter rules");

@@ -2,11 +2,11 @@
 //! (PROTOCOL.md "OP_EXEC").
 //!
 //! The program is started with a plain spawn (no shell, and no `pre_exec`
-//! hook, which would force std to fork instead of `posix_spawn`), in its
-//! own process group (`process_group(0)`: its timeout signals the program
-//! and what it started, never the runner; luxid's cancel-with-kill
-//! signals the groups of the runner's children as well as the runner's),
-//! with the runner's livelock descriptor inherited (the job counts as alive
+//! hook, which would force std to fork instead of `posix_spawn`), in the
+//! runner's process group (luxid makes the runner a group leader, so its
+//! kill of a job, cancel-with-kill or a dead runner's, reaches the
+//! program and all it started, D59.3), with the runner's livelock
+//! descriptor inherited (the job counts as alive
 //! while the program runs), a cleared environment plus a minimal one and
 //! the opcode's, `cwd` (default `/`), and `stdin` written to it (else
 //! `/dev/null`). Every line it writes on stdout or stderr becomes a log
@@ -14,8 +14,9 @@
 //! output is read until the program has exited and its pipes hold nothing
 //! more (what processes it left behind write later is not collected).
 //!
-//! Timeout: SIGTERM to the program's process group, then, if the program
-//! is still alive `kill_grace` seconds later, SIGKILL to the group.
+//! Timeout: SIGTERM to the program, then, if it is still alive
+//! `kill_grace` seconds later, SIGKILL to it. Not to a group: the
+//! program's group is the runner's (D59.3).
 //!
 //! Retry (SCHEDULING.md "Retries"): a failed attempt the opcode's `retry`
 //! covers is run again after `backoff` seconds, at most `max` times; each
@@ -27,7 +28,7 @@
 use crate::paths::WORKERS_ENV;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -172,10 +173,7 @@ pub fn command(exec: &Exec, job: u64, root: &Path) -> Command {
             Stdio::null()
         })
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own group: its timeout's signals reach what it started and
-        // spare the runner.
-        .process_group(0);
+        .stderr(Stdio::piped());
     command
 }
 
@@ -465,7 +463,7 @@ fn supervise(
         }
         let now = Instant::now();
         if timed_out.is_none() && timeout_at.is_some_and(|at| now >= at) {
-            signal_group(child, Signal::SIGTERM);
+            signal_program(child, Signal::SIGTERM);
             timed_out = exec.timeout;
             kill_at = Some(now + grace);
         }
@@ -473,7 +471,7 @@ fn supervise(
             // What the program started and left is left to the job's end
             // if the program itself exited within the grace (they hold the
             // livelock, so the job's locks stay until they are gone).
-            signal_group(child, Signal::SIGKILL);
+            signal_program(child, Signal::SIGKILL);
             kill_at = None;
         }
         let more = outputs.iter().any(|output| output.more);
@@ -503,16 +501,17 @@ fn supervise(
     }
 }
 
-/// Sends `signal` to the program's process group (it leads it: see
-/// [`command`]), or to the program alone if that fails. Only before the
-/// program is reaped: until then its pid cannot name another group.
-fn signal_group(child: &Child, signal: Signal) {
-    match sys::send_signal_to_group(child.id(), signal) {
+/// Sends `signal` to the program. Only before the program is reaped:
+/// until then its pid cannot name another process. The program stays in
+/// the runner's process group, which luxid kills whole when the runner
+/// dies (D59.3), so its timeout reaches the program itself, not the
+/// processes it started.
+fn signal_program(child: &Child, signal: Signal) {
+    match sys::send_signal(child.id(), signal) {
         Ok(()) => {}
         Err(error) if error.raw_os_error() == Some(nix::libc::ESRCH) => {}
         Err(error) => {
-            tracing::warn!(pid = child.id(), %error, ?signal, "cannot signal the program's process group");
-            let _ = sys::send_signal(child.id(), signal);
+            tracing::warn!(pid = child.id(), %error, ?signal, "cannot signal the program");
         }
     }
 }

@@ -339,14 +339,14 @@ fn bad_timeout_and_retry_fields_are_refused_at_submit_naming_them() {
         ),
         (
             json!([exec.clone(), with(exec.clone(), json!({"start_by": 1e9}))]),
-            "opcode 1: start_by: only the first opcode",
+            "opcode 1: start_by: only a job's first opcode",
         ),
         (
             json!([
                 exec.clone(),
                 with(delay.clone(), json!({"unique_key": "k"}))
             ]),
-            "opcode 1: unique_key: only the first opcode",
+            "opcode 1: unique_key: only a job's first opcode",
         ),
     ];
     for (ops, expected) in cases {
