@@ -16,6 +16,7 @@ import json
 import os
 import select
 import signal
+import subprocess
 import sys
 import time
 
@@ -195,3 +196,42 @@ def wait_exit(process, what, seconds=WAIT_SECONDS):
         process.wait()
         fail("the helper did not exit within %.0f s: %s" % (seconds, what))
     equal(status, 0, "exit status of the helper (%s)" % what)
+
+
+GANETI_HOSTNAME = "node1"
+
+
+def ganeti_root(root):
+    """The fake Ganeti root Ganeti's `gnt-*` commands run in, under ROOT.
+    Ganeti's paths are virtualised by two environment variables
+    (ganeti.vcluster): GANETI_ROOTDIR prefixes every path, and
+    GANETI_HOSTNAME must be its last component. The commands need only
+    the query socket in it: var/run/ganeti/socket/ganeti-query
+    (pathutils.QUERY_SOCKET), here a symlink to luxid's socket. Their
+    command log (var/log/ganeti/commands.log) is not needed: Ganeti goes
+    on without it when its directory is missing."""
+    rootdir = os.path.join(root, "ganeti", GANETI_HOSTNAME)
+    socket_dir = os.path.join(rootdir, "var", "run", "ganeti", "socket")
+    os.makedirs(socket_dir, exist_ok=True)
+    link = os.path.join(socket_dir, "ganeti-query")
+    if not os.path.islink(link):
+        os.symlink(os.path.join(root, "socket", "luxid.sock"), link)
+    return rootdir
+
+
+def gnt(command, root, *args):
+    """Runs Ganeti's `gnt-<command> ARGS...` against luxid in the fake
+    Ganeti root; answers (exit status, stdout, stderr)."""
+    pythonpath = os.environ["PYTHONPATH"]
+    env = dict(os.environ, GANETI_ROOTDIR=ganeti_root(root),
+               GANETI_HOSTNAME=GANETI_HOSTNAME, PYTHONPATH=pythonpath)
+    result = subprocess.run(
+        [sys.executable, os.path.join(pythonpath, "gnt-" + command)] +
+        [str(arg) for arg in args],
+        env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        timeout=WAIT_SECONDS * 3, check=False)
+    say("gnt-%s %s: exit %d\n%s%s" % (command,
+                                       " ".join(str(a) for a in args),
+                                       result.returncode, result.stdout,
+                                       result.stderr))
+    return result.returncode, result.stdout, result.stderr

@@ -15,8 +15,6 @@ rule is refused and changes nothing.
 
 import json
 import os
-import subprocess
-import sys
 import time
 
 import common
@@ -26,38 +24,12 @@ ROOT = common.root()
 # pylint: disable=wrong-import-position,import-error
 from ganeti import constants, luxi, opcodes
 
-PYTHONPATH = os.environ["PYTHONPATH"]
 LUXID_SOCKET = os.path.join(ROOT, "socket", "luxid.sock")
-HOSTNAME = "node1"
-
-
-def ganeti_root():
-    """A fake Ganeti root whose query socket is luxid's (see gnt_job.py)."""
-    rootdir = os.path.join(ROOT, "ganeti", HOSTNAME)
-    socket_dir = os.path.join(rootdir, "var", "run", "ganeti", "socket")
-    os.makedirs(socket_dir, exist_ok=True)
-    link = os.path.join(socket_dir, "ganeti-query")
-    if not os.path.islink(link):
-        os.symlink(LUXID_SOCKET, link)
-    return rootdir
-
-
-GANETI_ROOTDIR = ganeti_root()
 
 
 def gnt_filter(*args):
     """Runs `gnt-filter ARGS...`; answers (exit status, stdout, stderr)."""
-    env = dict(os.environ, GANETI_ROOTDIR=GANETI_ROOTDIR,
-               GANETI_HOSTNAME=HOSTNAME, PYTHONPATH=PYTHONPATH)
-    result = subprocess.run(
-        [sys.executable, os.path.join(PYTHONPATH, "gnt-filter")] +
-        [str(arg) for arg in args],
-        env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-        timeout=common.WAIT_SECONDS * 3, check=False)
-    say("gnt-filter %s: exit %d\n%s%s" % (" ".join(str(a) for a in args),
-                                          result.returncode, result.stdout,
-                                          result.stderr))
-    return result.returncode, result.stdout, result.stderr
+    return common.gnt("filter", ROOT, *args)
 
 
 def succeeds(*args):

@@ -3,7 +3,8 @@
 ROOT holds a running wconfd and a luxid started with max_running_jobs = 1.
 Every subcommand is the unmodified `gnt-job` of the package (its entry
 point runs `ganeti.client.gnt_job.Main()`), run as a separate process
-pointed at luxid through a minimal fake Ganeti root (see `ganeti_root`).
+pointed at luxid through a minimal fake Ganeti root (see
+`common.ganeti_root`).
 Each check is on its exit status and output, and on the effect in luxid,
 seen through `ganeti.luxi.Client`: list (default fields, -o, job ids, a
 filter, --archived, an unknown field), list-fields, info, cancel (a queued
@@ -12,8 +13,6 @@ archive and autoarchive.
 """
 
 import os
-import subprocess
-import sys
 
 import common
 from common import check, equal, say
@@ -22,45 +21,12 @@ ROOT = common.root()
 # pylint: disable=wrong-import-position,import-error
 from ganeti import constants, luxi, opcodes
 
-PYTHONPATH = os.environ["PYTHONPATH"]
 LUXID_SOCKET = os.path.join(ROOT, "socket", "luxid.sock")
-HOSTNAME = "node1"
-
-
-def ganeti_root():
-    """The fake Ganeti root `gnt-job` runs in, under ROOT. Ganeti's paths
-    are virtualised by two environment variables (ganeti.vcluster):
-    GANETI_ROOTDIR prefixes every path, and GANETI_HOSTNAME must be its
-    last component. `gnt-job` needs only the query socket in it:
-    var/run/ganeti/socket/ganeti-query (pathutils.QUERY_SOCKET), here a
-    symlink to luxid's socket. Its command log
-    (var/log/ganeti/commands.log) is not needed: Ganeti goes on without it
-    when its directory is missing."""
-    rootdir = os.path.join(ROOT, "ganeti", HOSTNAME)
-    socket_dir = os.path.join(rootdir, "var", "run", "ganeti", "socket")
-    os.makedirs(socket_dir, exist_ok=True)
-    link = os.path.join(socket_dir, "ganeti-query")
-    if not os.path.islink(link):
-        os.symlink(LUXID_SOCKET, link)
-    return rootdir
-
-
-GANETI_ROOTDIR = ganeti_root()
 
 
 def gnt_job(*args):
     """Runs `gnt-job ARGS...`; answers (exit status, stdout, stderr)."""
-    env = dict(os.environ, GANETI_ROOTDIR=GANETI_ROOTDIR,
-               GANETI_HOSTNAME=HOSTNAME, PYTHONPATH=PYTHONPATH)
-    result = subprocess.run(
-        [sys.executable, os.path.join(PYTHONPATH, "gnt-job")] +
-        [str(arg) for arg in args],
-        env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-        timeout=common.WAIT_SECONDS * 3, check=False)
-    say("gnt-job %s: exit %d\n%s%s" % (" ".join(str(a) for a in args),
-                                       result.returncode, result.stdout,
-                                       result.stderr))
-    return result.returncode, result.stdout, result.stderr
+    return common.gnt("job", ROOT, *args)
 
 
 def succeeds(*args):
