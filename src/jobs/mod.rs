@@ -90,6 +90,12 @@ impl LogEntry {
 /// The type of an ordinary log line.
 pub const LOG_MESSAGE: &str = "message";
 
+/// The type of the entry each attempt of a retried `OP_EXEC` leaves
+/// ("Attempt i of n: ..."): the attempts made so far are counted from
+/// these, by a runner that continues them and by luxid after a runner's
+/// death.
+pub const LOG_ATTEMPT: &str = "attempt";
+
 /// One opcode of a job file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QueuedOpcode {
@@ -106,6 +112,14 @@ pub struct QueuedOpcode {
 }
 
 impl QueuedOpcode {
+    /// How many attempts of this opcode were made (and logged) so far.
+    pub fn attempts_logged(&self) -> u64 {
+        self.log
+            .iter()
+            .filter(|entry| entry.2 == LOG_ATTEMPT)
+            .count() as u64
+    }
+
     pub fn new(input: Value, priority: i64) -> QueuedOpcode {
         QueuedOpcode {
             input,

@@ -41,7 +41,7 @@ use serde_json::{Value, json};
 
 use super::log::LineSplitter;
 use super::{Context, OpResult, RunnerError};
-use crate::jobs::LOG_MESSAGE;
+use crate::jobs::LOG_ATTEMPT;
 use crate::jobs::opcode::Exec;
 use crate::limits::{DRAIN_AFTER_EXIT_BUDGETS, READ_BUDGET_BYTES, READ_CHUNK_BYTES};
 use crate::sys;
@@ -304,7 +304,10 @@ pub(super) fn run(
     };
     let program = exec.argv[0].as_str();
     let attempts = retry.max + 1;
-    let mut number = 1;
+    // A runner started again after its predecessor died (`on_death`)
+    // continues the count; luxid starts one only while attempts remain.
+    let made = context.job.ops[index].attempts_logged();
+    let mut number = (made + 1).min(attempts);
     loop {
         let (result, ending) = attempt(context, index, exec, root)?;
         let reason = match &ending {
@@ -318,7 +321,7 @@ pub(super) fn run(
         };
         context.log_now(
             index,
-            LOG_MESSAGE,
+            LOG_ATTEMPT,
             Value::String(format!("Attempt {number} of {attempts}: {reason}")),
         )?;
         let code = ending.as_ref().and_then(Ending::retry_code);

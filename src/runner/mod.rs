@@ -586,9 +586,11 @@ impl Runner {
     /// Runs opcode `index`; answers whether the job goes on.
     fn run_opcode(&mut self, index: usize) -> Result<bool, RunnerError> {
         {
+            // An opcode run again after a runner's death (`on_death`)
+            // keeps the times of its first start.
             let op = &mut self.context.job.ops[index];
             op.status = Status::Waiting;
-            op.start_timestamp = Some(Timestamp::now());
+            op.start_timestamp.get_or_insert_with(Timestamp::now);
         }
         // Shown only if the locks do not come at once (see `await_locks`):
         // an uncontended opcode goes from `queued` to `running` in one write.
@@ -642,10 +644,11 @@ impl Runner {
             self.cancel_from(index, CANCELED_RESULT, true)?;
             return Ok(false);
         }
+        let ran_before = self.context.job.ops[index].exec_timestamp.is_some();
         {
             let op = &mut self.context.job.ops[index];
             op.status = Status::Running;
-            op.exec_timestamp = Some(Timestamp::now());
+            op.exec_timestamp.get_or_insert_with(Timestamp::now);
         }
         self.context.publish()?;
         // luxid answers a cancel from the job file as it reads it after
@@ -655,7 +658,9 @@ impl Runner {
         // "no longer waiting"; its opcode runs).
         self.context.check_signals();
         if self.context.cancel_requested {
-            self.context.job.ops[index].exec_timestamp = None;
+            if !ran_before {
+                self.context.job.ops[index].exec_timestamp = None;
+            }
             self.cancel_from(index, CANCELED_RESULT, true)?;
             return Ok(false);
         }

@@ -1,9 +1,10 @@
 //! Timeouts and retries end to end (SCHEDULING.md "Timeouts", "Retries"):
 //! a real luxid and wconfd, real runners and programs. `lock_timeout`
 //! names its blockers and withdraws its request; `timeout` sends SIGTERM
-//! to the program's group, then SIGKILL after `kill_grace`; `retry` runs
-//! a failed program again, one log entry per attempt, and never a
-//! canceled job's; bad values of each field are refused at submit.
+//! to the program, then SIGKILL after `kill_grace`; `retry` runs a failed
+//! program again, one log entry per attempt, and never a canceled job's;
+//! with `on_death`, luxid runs a job whose runner died again; bad values
+//! of each field are refused at submit.
 
 use std::fs;
 use std::path::Path;
@@ -11,7 +12,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use crate::daemon::{DEADLINE, wait_until};
-use crate::luxid::Cluster;
+use crate::luxid::{Cluster, Luxid};
 
 fn sh(script: &str) -> Value {
     json!({"OP_ID": "OP_EXEC", "argv": ["/bin/sh", "-c", script]})
@@ -288,6 +289,130 @@ fn a_job_canceled_during_the_backoff_ends_canceled_at_once_without_a_retry() {
         attempts(&cluster, id),
         ["Attempt 1 of 4: /bin/sh exited with code 1"]
     );
+    assert_eq!(fs::read_to_string(&runs).expect("the runs"), "run\n");
+}
+
+/// A program that kills its runner (the shell's parent) the first
+/// `deaths` times it runs, noting each run in `runs`, then succeeds.
+fn killing_its_runner(runs: &Path, deaths: u32) -> String {
+    format!(
+        "echo run >> {r}; n=$(wc -l < {r}); if [ $n -le {deaths} ]; then kill -9 $PPID; sleep 30; fi",
+        r = runs.display()
+    )
+}
+
+#[test]
+fn a_runner_death_is_retried_with_on_death_continuing_the_attempts_and_the_next_opcodes() {
+    let cluster = Cluster::start();
+    let runs = cluster.root().path().join("runs");
+    let after = cluster.root().path().join("after");
+    let id = cluster.submit(json!([
+        sh("true"),
+        with(
+            sh(&killing_its_runner(&runs, 2)),
+            json!({"retry": {"max": 3, "backoff": 0.1, "on_death": true}})
+        ),
+        sh(&format!("touch {}", after.display())),
+    ]));
+    assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
+    assert_eq!(
+        log_messages(&cluster, id, 1)
+            .into_iter()
+            .filter(|message| message.starts_with("Attempt "))
+            .collect::<Vec<_>>(),
+        [
+            "Attempt 1 of 4: its runner died",
+            "Attempt 2 of 4: its runner died",
+            "Attempt 3 of 4: /bin/sh exited with code 0",
+        ]
+    );
+    let types: Vec<Value> = cluster.query(id, &["oplog"])[0][1]
+        .as_array()
+        .expect("a log")
+        .iter()
+        .map(|entry| entry[2].clone())
+        .collect();
+    assert_eq!(types, vec![json!("attempt"); 3]);
+    assert_eq!(
+        fs::read_to_string(&runs).expect("the runs"),
+        "run\nrun\nrun\n"
+    );
+    assert!(after.exists(), "the opcode after the retried one ran");
+    assert_eq!(
+        cluster.query(id, &["opstatus"])[0],
+        json!(["success", "success", "success"])
+    );
+}
+
+#[test]
+fn a_runner_death_ends_the_job_when_attempts_run_out_or_on_death_is_not_set() {
+    let cluster = Cluster::start();
+    let root = cluster.root().path();
+    let out_of_attempts = cluster.submit(json!([with(
+        sh(&killing_its_runner(&root.join("a"), 5)),
+        json!({"retry": {"max": 1, "on_death": true}})
+    )]));
+    let without = cluster.submit(json!([with(
+        sh(&killing_its_runner(&root.join("b"), 5)),
+        json!({"retry": {"max": 3}})
+    )]));
+    assert_eq!(cluster.wait_final(out_of_attempts), "error");
+    assert_eq!(
+        attempts(&cluster, out_of_attempts),
+        [
+            "Attempt 1 of 2: its runner died",
+            "Attempt 2 of 2: its runner died",
+        ]
+    );
+    let result = opresult(&cluster, out_of_attempts)[0].clone();
+    assert!(
+        result.to_string().contains("detected death of job"),
+        "{result}"
+    );
+    assert_eq!(cluster.wait_final(without), "error");
+    assert!(attempts(&cluster, without).is_empty());
+    assert_eq!(fs::read_to_string(root.join("b")).expect("runs"), "run\n");
+}
+
+#[test]
+fn a_job_backing_off_after_its_runners_death_is_queued_and_survives_a_luxid_kill() {
+    let mut cluster = Cluster::start();
+    let runs = cluster.root().path().join("runs");
+    let id = cluster.submit(json!([with(
+        sh(&killing_its_runner(&runs, 1)),
+        json!({"retry": {"max": 2, "backoff": 3600, "on_death": true}})
+    )]));
+    wait_until("the death is logged", DEADLINE, || {
+        !attempts(&cluster, id).is_empty()
+    });
+    assert_eq!(cluster.status(id), "queued");
+    assert_eq!(cluster.query(id, &["opstatus"])[0], json!(["queued"]));
+    // Queued and backing off: a restarted luxid starts it without the
+    // rest of the backoff (D62), and its attempts go on from 2.
+    cluster.luxid.kill9();
+    cluster.luxid = Luxid::start_on(cluster.root());
+    assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
+    assert_eq!(
+        attempts(&cluster, id),
+        [
+            "Attempt 1 of 3: its runner died",
+            "Attempt 2 of 3: /bin/sh exited with code 0",
+        ]
+    );
+}
+
+#[test]
+fn a_killed_job_is_never_retried_on_death() {
+    let cluster = Cluster::start();
+    let runs = cluster.root().path().join("runs");
+    let id = cluster.submit(json!([with(
+        sh(&format!("echo run >> {}; sleep 30", runs.display())),
+        json!({"retry": {"max": 3, "on_death": true}})
+    )]));
+    wait_for_file(&runs);
+    cluster.client().ok("CancelJob", json!([id, true]));
+    assert_eq!(cluster.wait_final(id), "error", "{}", cluster.logs());
+    assert!(attempts(&cluster, id).is_empty());
     assert_eq!(fs::read_to_string(&runs).expect("the runs"), "run\n");
 }
 

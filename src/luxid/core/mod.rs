@@ -460,6 +460,9 @@ struct Started {
     runner: Runner,
     /// The job's livelock: removed when the runner is done, if left.
     livelock: PathBuf,
+    /// A cancel or kill was asked of this runner: its death is never
+    /// retried (`on_death`).
+    cancel_asked: bool,
 }
 
 /// A held `WaitForJobChange`. What it holds is small whatever the request
@@ -517,6 +520,14 @@ enum Pending {
     },
     DeadEnd {
         job: Job,
+    },
+    /// A dead runner's job, queued again for its next attempt
+    /// (`on_death`); `owner`: the dead runner's livelock and pid, whose
+    /// locks are freed.
+    DeadRetry {
+        job: Job,
+        owner: Option<(String, u32)>,
+        not_before: Instant,
     },
     /// A job not started that wconfd said must end.
     Ended {
@@ -592,6 +603,9 @@ pub struct QueueCore {
     events: JobEvents,
     /// The filter rules, and each job's applying rule and buckets.
     scheduling: scheduling::Scheduling,
+    /// Queued jobs whose runner died and whose death is retried: not
+    /// started before this time (the `retry` backoff).
+    backoff: BTreeMap<JobId, Instant>,
 }
 
 /// Where a runner of `job` keeps its livelock: the recorded one, else the
@@ -662,6 +676,7 @@ impl QueueCore {
             ended: Vec::new(),
             events: restored.events,
             scheduling: scheduling::Scheduling::default(),
+            backoff: BTreeMap::new(),
         };
         let mut effects = Vec::new();
         core.reconcile_events(&restored.jobs, &restored.archived);
@@ -704,7 +719,14 @@ impl QueueCore {
             };
             match runner {
                 Some(runner) => {
-                    core.runners.insert(id, Started { runner, livelock });
+                    core.runners.insert(
+                        id,
+                        Started {
+                            runner,
+                            livelock,
+                            cancel_asked: false,
+                        },
+                    );
                 }
                 None => {
                     core.queued.insert((job.priority(), id));
@@ -928,6 +950,7 @@ impl QueueCore {
         probes
             .chain(deadlines)
             .chain(self.scheduling.next_deadline())
+            .chain(self.backoff.values().copied())
             .min()
     }
 
@@ -952,6 +975,7 @@ impl QueueCore {
                 self.job_ended(&job);
             }
             self.unqueue(id);
+            self.backoff.remove(&id);
             // A new job canceled before its commit was written whole.
             self.new_jobs.retain(|&new| new != id);
             self.jobs.remove(&id);
@@ -1101,6 +1125,13 @@ impl QueueCore {
                 self.worker_requests.contains_key(id),
                 "job {id} got workers it did not ask for"
             );
+        }
+        for id in self.backoff.keys() {
+            let queued = self
+                .jobs
+                .get(id)
+                .is_some_and(|job| self.queued.contains(&(job.priority(), *id)));
+            assert!(queued, "job {id} backs off yet is not queued");
         }
         for id in self.doomed.keys() {
             assert!(

@@ -246,6 +246,9 @@ impl QueueCore {
             let action = Action::WriteJob(job.clone());
             return self.ask(Pending::Dequeue { conn, job }, action, effects);
         };
+        if !matches!(started.runner, Runner::Dying { .. }) {
+            started.cancel_asked = true;
+        }
         let deferred = match &mut started.runner {
             Runner::Dying { .. } => {
                 return reply(
@@ -565,6 +568,28 @@ impl QueueCore {
                     Err(error) => failed(format!("cannot write the filter rules: {error}")),
                 };
                 effects.push(Effect::Reply { conn, reply });
+            }
+            Pending::DeadRetry {
+                job,
+                owner,
+                not_before,
+            } => {
+                if ok {
+                    self.requeue_dead_job(job, owner, not_before, effects);
+                } else if let Some(Started {
+                    runner:
+                        Runner::Dying {
+                            next_probe,
+                            failed_writes,
+                            ..
+                        },
+                    ..
+                }) = self.runners.get_mut(&job.id)
+                {
+                    // Tried again at the next probe, as a dead end is.
+                    *failed_writes += 1;
+                    *next_probe = now + DEAD_JOB_WRITE_RETRY_INTERVAL;
+                }
             }
             Pending::DeadEnd { job } => {
                 let id = job.id;

@@ -2,6 +2,7 @@
 //! time.
 
 use super::*;
+use crate::jobs::{LOG_ATTEMPT, Timestamp};
 use crate::scheduling::filters::Action as RuleAction;
 
 impl QueueCore {
@@ -89,6 +90,7 @@ impl QueueCore {
                     Started {
                         runner: Runner::Running { pid },
                         livelock: self.livelock_of(id),
+                        cancel_asked: false,
                     },
                 );
             }
@@ -253,18 +255,22 @@ impl QueueCore {
                 // Probed again after the write, should it be refused.
                 *next_probe = now + DEAD_JOB_WRITE_RETRY_INTERVAL;
                 let cause = *cause;
-                self.end_dead_job(id, cause, effects);
+                self.end_dead_job(id, cause, now, effects);
             }
             Runner::Starting { .. } | Runner::Running { .. } => {}
         }
     }
 
-    /// Every process of a dead runner's job is gone: its unfinished
-    /// opcodes become `error` (once written), its livelock is removed.
+    /// Every process of a dead runner's job is gone: its livelock is
+    /// removed, and its unfinished opcodes become `error` (once written),
+    /// unless the death is retried (SCHEDULING.md "Retries", D62): then
+    /// the job is queued again, its next runner started after the
+    /// backoff.
     pub(super) fn end_dead_job(
         &mut self,
         id: JobId,
         cause: Option<&'static str>,
+        now: Instant,
         effects: &mut Vec<Effect>,
     ) {
         let Some(job) = self.jobs.get(&id) else {
@@ -277,10 +283,46 @@ impl QueueCore {
             });
         }
         let mut job = job.clone();
-        let message = match (self.doomed.remove(&id), cause) {
-            (Some(reason), _) => reason,
-            (None, Some(cause)) => format!("detected death of job {id}: its runner {cause}"),
-            (None, None) => format!("detected death of job {id}"),
+        let doomed = self.doomed.remove(&id);
+        let cancel_asked = self
+            .runners
+            .get(&id)
+            .is_some_and(|started| started.cancel_asked);
+        let died = match cause {
+            Some(cause) => format!("its runner {cause}"),
+            None => "its runner died".to_owned(),
+        };
+        if doomed.is_none()
+            && !cancel_asked
+            && let Some(retry) = DeathRetry::of(&job)
+        {
+            let (index, number, attempts) = (retry.index, retry.number, retry.attempts);
+            let serial = job.last_log_serial() + 1;
+            job.ops[index].log.push(LogEntry(
+                serial,
+                Timestamp::now(),
+                LOG_ATTEMPT.to_owned(),
+                Value::String(format!("Attempt {number} of {attempts}: {died}")),
+            ));
+            if number < attempts {
+                let owner = job.livelock.take().zip(job.process_id.take());
+                for op in &mut job.ops {
+                    if !op.status.is_final() {
+                        op.status = Status::Queued;
+                    }
+                }
+                let not_before = now + retry.backoff;
+                let pending = Pending::DeadRetry {
+                    job: job.clone(),
+                    owner,
+                    not_before,
+                };
+                return self.ask(pending, Action::WriteJob(job), effects);
+            }
+        }
+        let message = match doomed {
+            Some(reason) => reason,
+            None => format!("detected death of job {id}: {died}"),
         };
         job.finish_unfinished(Status::Error, &exec_error(message));
         self.ask(
@@ -288,6 +330,30 @@ impl QueueCore {
             Action::WriteJob(job),
             effects,
         );
+    }
+
+    /// The dead runner's job is durable as queued again: its old runner's
+    /// locks are freed, and it waits for its backoff, then for what any
+    /// queued job waits for.
+    pub(super) fn requeue_dead_job(
+        &mut self,
+        job: Job,
+        owner: Option<(String, u32)>,
+        not_before: Instant,
+        effects: &mut Vec<Effect>,
+    ) {
+        let id = job.id;
+        if let Some((livelock, pid)) = owner {
+            effects.push(Effect::FreeLocks { id, livelock, pid });
+        }
+        self.put(job);
+        self.runner_done(id, effects);
+        let job = &self.jobs[&id];
+        self.queued.insert((job.priority(), id));
+        // Queued again: a `REJECT` that applies now cancels it.
+        self.scheduling.classify(job, true);
+        self.backoff.insert(id, not_before);
+        self.schedule(effects);
     }
 
     // ----- turns and time -----
@@ -318,6 +384,11 @@ impl QueueCore {
 
     pub(super) fn tick(&mut self, now: Instant, effects: &mut Vec<Effect>) {
         self.cancel_expired(now, effects);
+        let backed_off = self.backoff.len();
+        self.backoff.retain(|_, not_before| *not_before > now);
+        if self.backoff.len() < backed_off {
+            self.schedule(effects);
+        }
         let due: Vec<JobId> = self
             .runners
             .iter()
@@ -424,6 +495,7 @@ impl QueueCore {
                         deferred: Deferred::default(),
                     },
                     livelock,
+                    cancel_asked: false,
                 },
             );
             effects.push(Effect::Spawn { id });
@@ -449,7 +521,9 @@ impl QueueCore {
             if room == 0 {
                 break;
             }
-            if !(self.dependencies_final(id) && self.has_its_workers(id)) {
+            if !(self.dependencies_final(id) && self.has_its_workers(id))
+                || self.backoff.contains_key(&id)
+            {
                 continue;
             }
             let rate_limited = match self.scheduling.applying(id) {
@@ -485,5 +559,39 @@ impl QueueCore {
         self.depends
             .get(&id)
             .is_some_and(|deps| deps.iter().all(|dep| !self.jobs.contains_key(dep)))
+    }
+}
+
+/// A dead runner's job whose death its current opcode retries: an
+/// `OP_EXEC` with `retry.on_death` (SCHEDULING.md "Retries", D62). The
+/// death counts as attempt `number` of `attempts`; the job runs again
+/// only if attempts remain.
+struct DeathRetry {
+    /// The opcode the runner was at: the job's first unfinished one.
+    index: usize,
+    number: u64,
+    attempts: u64,
+    backoff: Duration,
+}
+
+impl DeathRetry {
+    fn of(job: &Job) -> Option<DeathRetry> {
+        if job.status() == Status::Canceling {
+            return None;
+        }
+        let index = job.ops.iter().position(|op| !op.status.is_final())?;
+        let op = &job.ops[index];
+        let parsed = opcode::parse(&op.input).ok()?;
+        let opcode::OpKind::Exec(exec) = parsed.kind else {
+            return None;
+        };
+        let retry = exec.retry.filter(|retry| retry.on_death)?;
+        let attempts = retry.max + 1;
+        Some(DeathRetry {
+            index,
+            number: (op.attempts_logged() + 1).min(attempts),
+            attempts,
+            backoff: Duration::try_from_secs_f64(retry.backoff).unwrap_or(Duration::ZERO),
+        })
     }
 }

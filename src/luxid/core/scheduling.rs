@@ -63,7 +63,12 @@ impl Scheduling {
         if let Some(key) = unique_key(job) {
             self.unique.insert(key.to_owned(), job.id);
         }
-        if queued && let Some(secs) = start_by(job) {
+        // A job queued again after its runner died (`on_death`) has
+        // started: its `start_by` was met.
+        if queued
+            && job.start_timestamp.is_none()
+            && let Some(secs) = start_by(job)
+        {
             let deadline = clock.instant_of(secs);
             self.start_by.insert((deadline, job.id));
             self.start_by_secs.insert(job.id, (deadline, secs));
