@@ -31,6 +31,32 @@ pub struct ExecArgs {
     /// Kill the program after this many seconds (the job then fails)
     #[arg(long, value_name = "SECONDS")]
     timeout: Option<f64>,
+    /// After --timeout's SIGTERM, wait this long before SIGKILL [default: 10]
+    #[arg(long = "kill-grace", value_name = "SECONDS")]
+    kill_grace: Option<f64>,
+    /// Fail if the locks are not granted within this many seconds, naming
+    /// the jobs in the way
+    #[arg(long = "lock-timeout", value_name = "SECONDS")]
+    lock_timeout: Option<f64>,
+    /// Cancel the job if it has not started by TIME: `+DURATION` from now
+    /// (`+90`, `+30s`, `+5m`, `+2h`, `+1d`), a UTC time
+    /// (`2026-12-03T18:00Z`) or a Unix time in seconds
+    #[arg(long = "start-by", value_name = "TIME")]
+    start_by: Option<String>,
+    /// Run a failed program again, at most N more times, BACKOFF seconds
+    /// after each failure [default backoff: 0]
+    #[arg(long, value_name = "N[:BACKOFF]")]
+    retry: Option<String>,
+    /// Retry only these exit codes (comma-separated) [default: any failure]
+    #[arg(long = "retry-on", value_name = "CODE,...", requires = "retry")]
+    retry_on: Option<String>,
+    /// Also retry when the job's runner dies (the job is queued again)
+    #[arg(long = "retry-on-death", requires = "retry")]
+    retry_on_death: bool,
+    /// While a job with this key is unfinished, answer its id instead of
+    /// submitting another
+    #[arg(long, value_name = "KEY")]
+    unique: Option<String>,
     /// Set this variable for the program (repeatable)
     #[arg(long = "env", value_name = "NAME=VALUE")]
     env: Vec<String>,
@@ -213,6 +239,31 @@ fn exec_opcode(args: &ExecArgs) -> CliResult<Value> {
     if let Some(timeout) = args.timeout {
         opcode.insert("timeout".to_owned(), json!(timeout));
     }
+    if let Some(grace) = args.kill_grace {
+        opcode.insert("kill_grace".to_owned(), json!(grace));
+    }
+    if let Some(timeout) = args.lock_timeout {
+        opcode.insert("lock_timeout".to_owned(), json!(timeout));
+    }
+    if let Some(time) = &args.start_by {
+        opcode.insert(
+            "start_by".to_owned(),
+            json!(start_by_secs(time, now_secs())?),
+        );
+    }
+    if let Some(spec) = &args.retry {
+        let mut retry = retry_entry(spec)?;
+        if let Some(codes) = &args.retry_on {
+            retry.insert("on".to_owned(), exit_codes(codes)?);
+        }
+        if args.retry_on_death {
+            retry.insert("on_death".to_owned(), json!(true));
+        }
+        opcode.insert("retry".to_owned(), Value::Object(retry));
+    }
+    if let Some(key) = &args.unique {
+        opcode.insert("unique_key".to_owned(), json!(key));
+    }
     if !args.worker_groups.is_empty() || !args.worker_caps.is_empty() || args.worker_count.is_some()
     {
         let mut workers = Map::new();
@@ -260,6 +311,75 @@ fn exec_opcode(args: &ExecArgs) -> CliResult<Value> {
         opcode.insert("reason".to_owned(), Value::Array(reasons));
     }
     Ok(Value::Object(opcode))
+}
+
+/// `--start-by`'s TIME as a Unix time, `now` being the current one. The
+/// range is luxid's to check.
+fn start_by_secs(time: &str, now: f64) -> CliResult<f64> {
+    let bad = || {
+        CliError::usage(format!(
+            "--start-by {time}: expected +DURATION (+90, +30s, +5m, +2h, +1d), \
+             a UTC time (2026-12-03T18:00Z) or a Unix time in seconds"
+        ))
+    };
+    if let Some(relative) = time.strip_prefix('+') {
+        return duration_secs(relative)
+            .map(|secs| (now + secs).floor())
+            .ok_or_else(bad);
+    }
+    if let Some(secs) = crate::text::parse_utc_time(time) {
+        return Ok(secs as f64);
+    }
+    match time.parse::<f64>() {
+        Ok(secs) if secs.is_finite() => Ok(secs),
+        _ => Err(bad()),
+    }
+}
+
+/// `3` or `3:2.5` → `{"max": 3, "backoff": 2.5}`; the limits are luxid's
+/// to check.
+fn retry_entry(spec: &str) -> CliResult<Map<String, Value>> {
+    let bad = || {
+        CliError::usage(format!(
+            "--retry {spec}: expected N[:BACKOFF], N retries after the first attempt, \
+             BACKOFF seconds between them"
+        ))
+    };
+    let (max, backoff) = match spec.split_once(':') {
+        Some((max, backoff)) => (max, Some(backoff)),
+        None => (spec, None),
+    };
+    let mut retry = Map::new();
+    retry.insert(
+        "max".to_owned(),
+        json!(max.parse::<u64>().map_err(|_| bad())?),
+    );
+    if let Some(backoff) = backoff {
+        let backoff: f64 = backoff.parse().map_err(|_| bad())?;
+        if !backoff.is_finite() {
+            return Err(bad());
+        }
+        retry.insert("backoff".to_owned(), json!(backoff));
+    }
+    Ok(retry)
+}
+
+/// `1,75` → `[1, 75]`.
+fn exit_codes(codes: &str) -> CliResult<Value> {
+    codes
+        .split(',')
+        .map(|code| {
+            code.trim()
+                .parse::<i64>()
+                .map(|code| json!(code))
+                .map_err(|_| {
+                    CliError::usage(format!(
+                        "--retry-on {codes}: expected exit codes separated by commas"
+                    ))
+                })
+        })
+        .collect::<CliResult<Vec<Value>>>()
+        .map(Value::Array)
 }
 
 /// A reason entry of the command `command` (`exec`, `filter`), as
@@ -850,26 +970,31 @@ fn parse_age(age: &str) -> CliResult<f64> {
     if age == "all" {
         return Ok(-1.0);
     }
-    let (number, unit) = match age.char_indices().last() {
-        Some((index, unit @ ('s' | 'm' | 'h' | 'd'))) => (&age[..index], unit),
-        _ => (age, 's'),
+    duration_secs(age).ok_or_else(|| {
+        CliError::usage(format!(
+            "bad age '{age}': a number of seconds, or with s, m, h or d (e.g. 30m), or all"
+        ))
+    })
+}
+
+/// `90`, `90s`, `30m`, `1.5h`, `7d` in seconds; `None` for anything else
+/// (a sign, a negative or infinite number, another unit).
+fn duration_secs(text: &str) -> Option<f64> {
+    let (number, scale) = match text.char_indices().last() {
+        Some((index, 's')) => (&text[..index], 1.0),
+        Some((index, 'm')) => (&text[..index], 60.0),
+        Some((index, 'h')) => (&text[..index], 3_600.0),
+        Some((index, 'd')) => (&text[..index], 86_400.0),
+        _ => (text, 1.0),
     };
-    let scale = match unit {
-        'm' => 60.0,
-        'h' => 3600.0,
-        'd' => 86_400.0,
-        _ => 1.0,
-    };
+    if number.starts_with(['+', '-']) {
+        return None;
+    }
     number
         .parse::<f64>()
         .ok()
         .filter(|value| value.is_finite() && *value >= 0.0)
         .map(|value| value * scale)
-        .ok_or_else(|| {
-            CliError::usage(format!(
-                "bad age '{age}': a number of seconds, or with s, m, h or d (e.g. 30m), or all"
-            ))
-        })
 }
 
 /// `priority ID P`.
@@ -977,6 +1102,46 @@ mod tests {
             Some((1, r#"{"not":"an error"}"#.to_owned()))
         );
         assert_eq!(failed_opcode(&job(json!(["success"]), json!([null]))), None);
+    }
+
+    #[test]
+    fn start_by_times_become_unix_times() {
+        let now = 1_796_252_806.5;
+        assert_eq!(start_by_secs("+90", now).unwrap(), 1_796_252_896.0);
+        assert_eq!(start_by_secs("+30s", now).unwrap(), 1_796_252_836.0);
+        assert_eq!(start_by_secs("+5m", now).unwrap(), 1_796_253_106.0);
+        assert_eq!(start_by_secs("+2h", now).unwrap(), 1_796_260_006.0);
+        assert_eq!(start_by_secs("+1d", now).unwrap(), 1_796_339_206.0);
+        assert_eq!(
+            start_by_secs("2026-12-02T23:06:46Z", now).unwrap(),
+            1_796_252_806.0
+        );
+        assert_eq!(start_by_secs("1796252806", now).unwrap(), 1_796_252_806.0);
+        for bad in [
+            "+",
+            "+-5m",
+            "++5",
+            "+5x",
+            "+infd",
+            "tomorrow",
+            "2026-12-02T23:06",
+        ] {
+            assert!(start_by_secs(bad, now).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn retry_specs_become_retry_entries() {
+        assert_eq!(Value::Object(retry_entry("3").unwrap()), json!({"max": 3}));
+        assert_eq!(
+            Value::Object(retry_entry("3:2.5").unwrap()),
+            json!({"max": 3, "backoff": 2.5})
+        );
+        for bad in ["", "x", "3:", "3:x", "-1", "3:inf", ":2"] {
+            assert!(retry_entry(bad).is_err(), "{bad}");
+        }
+        assert_eq!(exit_codes("1, 75").unwrap(), json!([1, 75]));
+        assert!(exit_codes("1,x").is_err());
     }
 
     #[test]

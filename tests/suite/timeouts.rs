@@ -8,6 +8,7 @@
 
 use std::fs;
 use std::path::Path;
+use std::process::{Command, Output};
 
 use serde_json::{Value, json};
 
@@ -38,10 +39,14 @@ fn log_messages(cluster: &Cluster, id: u64, op: usize) -> Vec<String> {
         .collect()
 }
 
+/// The messages of the first opcode's `"attempt"` entries, in order.
 fn attempts(cluster: &Cluster, id: u64) -> Vec<String> {
-    log_messages(cluster, id, 0)
-        .into_iter()
-        .filter(|message| message.starts_with("Attempt "))
+    let log = cluster.query(id, &["oplog"])[0][0].clone();
+    log.as_array()
+        .expect("a log")
+        .iter()
+        .filter(|entry| entry[2] == "attempt")
+        .map(|entry| entry[3].as_str().expect("a text").to_owned())
         .collect()
 }
 
@@ -151,7 +156,7 @@ fn a_lock_timeout_of_zero_fails_at_once_and_one_that_is_met_is_no_failure() {
 }
 
 #[test]
-fn a_timeout_sends_sigterm_to_the_programs_group_first() {
+fn a_timeout_sends_sigterm_to_the_program_first() {
     let cluster = Cluster::start();
     let root = cluster.root().path();
     let marker = root.join("got-sigterm");
@@ -487,4 +492,121 @@ fn bad_timeout_and_retry_fields_are_refused_at_submit_naming_them() {
     );
     assert_eq!(cluster.submit(json!([first, delay])), 1);
     assert_eq!(cluster.wait_final(1), "success");
+}
+
+/// `warden --root ROOT ARGS...`.
+fn warden(cluster: &Cluster, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_warden"))
+        .arg("--root")
+        .arg(cluster.root().path())
+        .args(args)
+        .output()
+        .expect("run warden")
+}
+
+fn submitted_id(output: &Output) -> u64 {
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.split_whitespace()
+        .find_map(|word| word.trim_end_matches(';').parse().ok())
+        .unwrap_or_else(|| panic!("a job id in {text:?}"))
+}
+
+#[test]
+fn warden_exec_flags_set_the_timeout_retry_and_unique_fields() {
+    let cluster = Cluster::start();
+    let release = cluster.root().path().join("release");
+    let script = format!(
+        "while [ ! -e {} ]; do sleep 0.05; done; exit 3",
+        release.display()
+    );
+    let args = [
+        "exec",
+        "--lock",
+        "node/n1",
+        "--lock-timeout",
+        "30",
+        "--start-by",
+        "+1h",
+        "--timeout",
+        "60",
+        "--kill-grace",
+        "2",
+        "--retry",
+        "2:0.1",
+        "--retry-on",
+        "3,4",
+        "--retry-on-death",
+        "--unique",
+        "nightly",
+        "--",
+        "/bin/sh",
+        "-c",
+        &script,
+    ];
+    let first = submitted_id(&warden(&cluster, &args));
+    let op = &cluster.query(first, &["ops"])[0][0];
+    assert_eq!(op["lock_timeout"], 30.0, "{op}");
+    assert_eq!(op["kill_grace"], 2.0, "{op}");
+    assert_eq!(op["timeout"], 60.0, "{op}");
+    assert_eq!(op["unique_key"], "nightly", "{op}");
+    assert_eq!(
+        op["retry"],
+        json!({"max": 2, "backoff": 0.1, "on": [3, 4], "on_death": true}),
+        "{op}"
+    );
+    let start_by = op["start_by"].as_f64().expect("a start_by");
+    let in_an_hour = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64()
+        + 3600.0;
+    assert!(
+        (in_an_hour - 60.0..=in_an_hour).contains(&start_by),
+        "{start_by} is an hour from now"
+    );
+    // The live job's key answers its id.
+    assert_eq!(submitted_id(&warden(&cluster, &args)), first);
+    fs::write(&release, "").expect("release");
+    assert_eq!(cluster.wait_final(first), "error");
+    assert_eq!(
+        attempts(&cluster, first),
+        [
+            "Attempt 1 of 3: /bin/sh exited with code 3",
+            "Attempt 2 of 3: /bin/sh exited with code 3",
+            "Attempt 3 of 3: /bin/sh exited with code 3",
+        ]
+    );
+    // A finished job's key is free again.
+    let second = submitted_id(&warden(&cluster, &args));
+    assert_ne!(second, first);
+    assert_eq!(cluster.wait_final(second), "error");
+
+    // Bad values: the CLI's own are usage errors, luxid's are refusals
+    // naming the field; neither submits anything.
+    for (flag, value) in [
+        ("--start-by", "tomorrow"),
+        ("--start-by", "+5y"),
+        ("--retry", "x"),
+        ("--retry", "2:"),
+    ] {
+        let output = warden(&cluster, &["exec", flag, value, "--", "/bin/true"]);
+        assert_eq!(output.status.code(), Some(2), "{flag} {value}: {output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(flag), "{stderr}");
+    }
+    for (flag, value, field) in [
+        ("--retry", "0", "retry"),
+        ("--lock-timeout", "-1", "lock_timeout"),
+        ("--start-by", "-5", "start_by"),
+    ] {
+        let output = warden(&cluster, &["exec", flag, value, "--", "/bin/true"]);
+        assert!(!output.status.success(), "{flag} {value}: {output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(field), "{flag} {value}: {stderr}");
+    }
+    let output = warden(&cluster, &["exec", "--retry-on", "3", "--", "/bin/true"]);
+    assert_eq!(output.status.code(), Some(2), "--retry-on needs --retry");
+    let next = cluster.submit(json!([sh("true")]));
+    assert_eq!(next, second + 1, "nothing else was submitted");
 }
