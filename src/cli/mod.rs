@@ -72,7 +72,7 @@ enum Command {
         file: String,
     },
     /// Submit a job that runs one program (an OP_EXEC opcode)
-    Exec(jobs::ExecArgs),
+    Exec(Box<jobs::ExecArgs>),
     /// List the jobs
     List {
         /// Only jobs with this status (repeatable)
