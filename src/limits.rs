@@ -323,6 +323,15 @@ pub const READ_BUDGET_BYTES: usize = 1024 * 1024;
 /// the pipe held at the exit (64 KiB by default) fits many times over.
 pub const DRAIN_AFTER_EXIT_BUDGETS: usize = 16;
 
+/// How often a runner looks in `/proc` for the descendants of a timed-out
+/// program that exited within its grace (nothing signals their exits).
+pub const DESCENDANTS_POLL: Duration = Duration::from_millis(20);
+
+/// How long a runner waits for a timed-out program's descendants to die
+/// of their SIGKILL; one stuck in the kernel beyond that is left to the
+/// job's end.
+pub const KILLED_WAIT_MAX: Duration = Duration::from_secs(5);
+
 /// Longest socket path `bind` takes (`OP_TEST_DELAY`'s socket):
 /// `sun_path` is 108 bytes, with the terminating NUL.
 pub const SOCKET_PATH_BYTES_MAX: usize = 107;

@@ -128,6 +128,32 @@ pub fn send_signal_to_group(pgid: u32, signal: impl Into<Option<Signal>>) -> io:
     Ok(())
 }
 
+/// Makes this process the subreaper of its descendants
+/// (`prctl(PR_SET_CHILD_SUBREAPER)`): an orphan among them is re-parented
+/// to it, not to init.
+///
+/// Why: a runner must find what a timed-out program started and left (a
+/// pipeline's other half after its shell died) to signal it too (D64);
+/// re-parented to init, it would be indistinguishable from any process.
+pub fn become_subreaper() -> io::Result<()> {
+    nix::sys::prctl::set_child_subreaper(true)?;
+    Ok(())
+}
+
+/// Reaps the child `pid` if it has exited (`waitpid(pid, WNOHANG)`);
+/// `Ok(false)` if it still runs.
+///
+/// Why: std reaps only the `Child` handles it spawned; a subreaper must
+/// also reap the orphans it adopted ([`become_subreaper`]), or they stay
+/// zombies until it exits.
+pub fn reap_child(pid: u32) -> io::Result<bool> {
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    match waitpid(positive_pid(pid)?, Some(WaitPidFlag::WNOHANG))? {
+        WaitStatus::StillAlive => Ok(false),
+        _ => Ok(true),
+    }
+}
+
 /// The pid of a process holding a POSIX (`fcntl`) write lock on any part of
 /// `file`, if there is one (`fcntl(F_GETLK)` asking for a read lock over the
 /// whole file).

@@ -14,9 +14,11 @@
 //! output is read until the program has exited and its pipes hold nothing
 //! more (what processes it left behind write later is not collected).
 //!
-//! Timeout: SIGTERM to the program, then, if it is still alive
-//! `kill_grace` seconds later, SIGKILL to it. Not to a group: the
-//! program's group is the runner's (D59.3).
+//! Timeout: SIGTERM to the program and every process it started (found
+//! through `/proc`, the runner being their subreaper, D64), then SIGKILL
+//! `kill_grace` seconds later to those still alive; the opcode ends when
+//! all are gone. Not to a group: the program's group is the runner's
+//! (D59.3).
 //!
 //! Retry (SCHEDULING.md "Retries"): a failed attempt the opcode's `retry`
 //! covers is run again after `backoff` seconds, at most `max` times; each
@@ -39,11 +41,15 @@ use mio::{Interest, Token};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
+use super::descendants::{self, Descendants};
 use super::log::LineSplitter;
 use super::{Context, OpResult, RunnerError};
 use crate::jobs::LOG_ATTEMPT;
 use crate::jobs::opcode::Exec;
-use crate::limits::{DRAIN_AFTER_EXIT_BUDGETS, READ_BUDGET_BYTES, READ_CHUNK_BYTES};
+use crate::limits::{
+    DESCENDANTS_POLL, DRAIN_AFTER_EXIT_BUDGETS, KILLED_WAIT_MAX, READ_BUDGET_BYTES,
+    READ_CHUNK_BYTES,
+};
 use crate::sys;
 
 const CHILD: Token = Token(20);
@@ -428,6 +434,7 @@ fn attempt(
     let _ = context.registry().deregister(&mut SourceFd(&pidfd_raw));
     drop(pidfd);
     let (status, timed_out) = status?;
+    descendants::reap_adopted();
     let ending = Ending::of(status, started.elapsed(), timed_out);
     for output in &mut outputs {
         output.drain_all(context, index);
@@ -439,9 +446,9 @@ fn attempt(
 }
 
 /// The event loop while the program runs: its output logged, its stdin
-/// fed, its timeout enforced (SIGTERM to its group, SIGKILL to the group
-/// `kill_grace` later if it still lives). Answers its exit status and, if
-/// it timed out, the timeout.
+/// fed, its timeout enforced (SIGTERM to the program and its descendants,
+/// SIGKILL `kill_grace` later to those still alive, D64). Answers its exit
+/// status and, if it timed out, the timeout.
 fn supervise(
     context: &mut Context,
     index: usize,
@@ -456,32 +463,51 @@ fn supervise(
         .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok())
         .map(|timeout| started + timeout);
     let grace = Duration::try_from_secs_f64(exec.kill_grace).unwrap_or(Duration::ZERO);
+    let descendants = Descendants::of(child.id());
     let mut timed_out = None;
     // Once SIGTERM was sent: when SIGKILL is due, until it is sent.
     let mut kill_at: Option<Instant> = None;
+    // Once SIGKILL was sent: how long its dying descendants are waited for.
+    let mut killed_until: Option<Instant> = None;
+    let mut status = None;
     loop {
-        // Reaped only here: until then the program's pid names its group.
-        if let Some(status) = exited(child)? {
-            return Ok((status, timed_out));
+        // Reaped only here: until then its pid cannot name another process.
+        if status.is_none() {
+            status = exited(child)?;
+        }
+        if let Some(status) = status {
+            // A timed-out program's descendants get the rest of its grace,
+            // then SIGKILL: the opcode ends when they are gone (and can be
+            // reaped), or when they outlast even that.
+            let waited_out = killed_until.is_some_and(|until| Instant::now() >= until);
+            if timed_out.is_none() || waited_out || descendants.live().is_empty() {
+                return Ok((status, timed_out));
+            }
         }
         let now = Instant::now();
         if timed_out.is_none() && timeout_at.is_some_and(|at| now >= at) {
             signal_program(child, Signal::SIGTERM);
+            signal_all(&descendants.live(), Signal::SIGTERM);
             timed_out = exec.timeout;
             kill_at = Some(now + grace);
         }
         if kill_at.is_some_and(|at| now >= at) {
-            // What the program started and left is left to the job's end
-            // if the program itself exited within the grace (they hold the
-            // livelock, so the job's locks stay until they are gone).
-            signal_program(child, Signal::SIGKILL);
+            if status.is_none() {
+                signal_program(child, Signal::SIGKILL);
+            }
+            signal_all(&descendants.live(), Signal::SIGKILL);
             kill_at = None;
+            killed_until = Some(now + KILLED_WAIT_MAX);
         }
         let more = outputs.iter().any(|output| output.more);
         let deadline = if more {
             Some(Instant::now())
         } else if timed_out.is_none() {
             timeout_at
+        } else if status.is_some() {
+            // Nothing tells of a descendant's exit: look again soon.
+            let poll = Instant::now() + DESCENDANTS_POLL;
+            Some(kill_at.map_or(poll, |at| at.min(poll)))
         } else {
             kill_at
         };
@@ -504,11 +530,23 @@ fn supervise(
     }
 }
 
+/// Sends `signal` to each of `pids`, the live descendants of a timed-out
+/// program just found in `/proc` (one that exited since is no error).
+fn signal_all(pids: &[u32], signal: Signal) {
+    for &pid in pids {
+        match sys::send_signal(pid, signal) {
+            Ok(()) => {}
+            Err(error) if error.raw_os_error() == Some(nix::libc::ESRCH) => {}
+            Err(error) => tracing::warn!(pid, %error, ?signal, "cannot signal a descendant"),
+        }
+    }
+}
+
 /// Sends `signal` to the program. Only before the program is reaped:
 /// until then its pid cannot name another process. The program stays in
 /// the runner's process group, which luxid kills whole when the runner
-/// dies (D59.3), so its timeout reaches the program itself, not the
-/// processes it started.
+/// dies (D59.3); its timeout reaches what it started through
+/// [`Descendants`] instead.
 fn signal_program(child: &Child, signal: Signal) {
     match sys::send_signal(child.id(), signal) {
         Ok(()) => {}

@@ -50,6 +50,7 @@
 
 mod delay;
 pub mod dependency;
+mod descendants;
 mod exec;
 pub mod log;
 
@@ -171,6 +172,11 @@ pub fn run(root: &Path, id: JobId, start: Start) -> Result<(), RunnerError> {
     // now killed this one: handled from here on.
     crate::sys::unblock_signals(&[Signal::SIGTERM, Signal::SIGUSR1, Signal::SIGHUP])
         .map_err(RunnerError::Signals)?;
+    // What a program leaves is re-parented here, so that its timeout can
+    // find it (D64); without it, a timeout reaches the program only.
+    if let Err(error) = crate::sys::become_subreaper() {
+        tracing::warn!(job = id, %error, "cannot become the subreaper of programs");
+    }
     // wconfd compares livelock paths with its canonical root.
     let root = root.canonicalize().map_err(|source| RunnerError::Root {
         path: root.to_owned(),

@@ -206,6 +206,75 @@ fn a_program_that_ignores_sigterm_is_killed_after_the_grace() {
     );
 }
 
+/// An attempt script for a `retry` of one: the first attempt starts
+/// `leftover` in the background and waits (until its timeout); the second
+/// says whether the first's leftover still lives, and succeeds.
+fn leftover_then_check(root: &Path, leftover: &str) -> String {
+    let (pid, verdict) = (root.join("leftover-pid"), root.join("verdict"));
+    format!(
+        "if [ -e {pid} ]; then \
+           if kill -0 $(cat {pid}) 2>/dev/null; then echo alive > {verdict}; \
+           else echo gone > {verdict}; fi; exit 0; fi; \
+         {leftover} & echo $! > {pid}; wait",
+        pid = pid.display(),
+        verdict = verdict.display()
+    )
+}
+
+#[test]
+fn a_timeout_reaches_what_the_program_started_before_the_next_attempt() {
+    let cluster = Cluster::start();
+    let root = cluster.root().path();
+    let id = cluster.submit(json!([with(
+        sh(&leftover_then_check(&root, "sleep 300")),
+        json!({"timeout": 0.5, "kill_grace": 5, "retry": {"max": 1}})
+    )]));
+    assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
+    assert_eq!(
+        fs::read_to_string(root.join("verdict")).expect("the verdict"),
+        "gone\n",
+        "the first attempt's background sleep got its SIGTERM"
+    );
+    let first = &attempts(&cluster, id)[0];
+    assert_eq!(
+        first,
+        "Attempt 1 of 2: /bin/sh timed out after 0.5 s and was killed"
+    );
+}
+
+#[test]
+fn what_a_timed_out_program_started_is_killed_after_the_grace_even_if_it_exited() {
+    let cluster = Cluster::start();
+    let root = cluster.root().path();
+    // The shell dies of its SIGTERM at once; the leftover ignores it.
+    let leftover = "(trap '' TERM; exec sleep 300)";
+    let id = cluster.submit(json!([with(
+        sh(&leftover_then_check(&root, leftover)),
+        json!({"timeout": 0.3, "kill_grace": 0.7, "retry": {"max": 1}})
+    )]));
+    assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
+    assert_eq!(
+        fs::read_to_string(root.join("verdict")).expect("the verdict"),
+        "gone\n",
+        "the leftover was killed, and reaped, before the second attempt"
+    );
+    let log = cluster.query(id, &["oplog"])[0][0].clone();
+    let times: Vec<f64> = log
+        .as_array()
+        .expect("a log")
+        .iter()
+        .filter(|entry| entry[2] == "attempt")
+        .map(|entry| entry[1][0].as_f64().unwrap() + entry[1][1].as_f64().unwrap() / 1e6)
+        .collect();
+    let start = cluster.query(id, &["start_ts"])[0].clone();
+    let start = start[0].as_f64().unwrap() + start[1].as_f64().unwrap() / 1e6;
+    assert!(
+        times[0] - start >= 0.9,
+        "the first attempt lasted its timeout and grace: {:.3} s",
+        times[0] - start
+    );
+}
+
 #[test]
 fn a_program_failing_twice_then_succeeding_is_retried_with_an_entry_per_attempt() {
     let cluster = Cluster::start();
