@@ -376,6 +376,10 @@ pub const WORKER_GROUPS_MAX: usize = 256;
 /// of 0 or above means this.
 pub const WORKERS_PAGE_MAX: usize = 65_535;
 
+/// Workers fitting a request that `WhyJob` names at most (with how many
+/// fit in all): as many as the largest request asks for.
+pub const WHY_WORKERS_MAX: usize = WORKERS_PER_JOB_MAX;
+
 /// Notices for luxid wconfd keeps unread before it drops them: a reader
 /// that far behind (or none) is given the whole registry state instead,
 /// which says the same.

@@ -1,5 +1,6 @@
 //! `why ID`: luxid's `WhyJob` answer (SCHEDULING.md "Why") as a tree of
-//! reasons, down to the owner at the root of each lock chain; `--json`
+//! reasons, through the jobs depended on and the holders of the workers
+//! asked for, down to the owner at the root of each lock chain; `--json`
 //! prints the answer as luxid gave it.
 
 use std::path::Path;
@@ -117,7 +118,7 @@ fn why_lines(output: &Output, answer: &Value, indent: &str) -> Vec<String> {
                 text(&reason["limit"]),
                 jobs(&reason["running"])
             ),
-            "workers" => format!("waits for workers: {}", reason["request"]),
+            "workers" => format!("waits for {}", workers_request_text(&reason["request"])),
             "locks" => "waits for locks".to_owned(),
             "starting" => "its runner is starting".to_owned(),
             "start_by" => format!("must start by {}", text(&reason["utc"])),
@@ -128,6 +129,9 @@ fn why_lines(output: &Output, answer: &Value, indent: &str) -> Vec<String> {
         lines.push(format!("{indent}  - {line}"));
         if kind == "dependency" && reason["why"].is_object() {
             lines.extend(why_lines(output, &reason["why"], &inner));
+        }
+        if kind == "workers" {
+            fitting_lines(output, reason, &inner, &mut lines);
         }
         if kind == "locks" {
             match reason["waits"].as_array() {
@@ -141,6 +145,69 @@ fn why_lines(output: &Output, answer: &Value, indent: &str) -> Vec<String> {
         }
     }
     lines
+}
+
+/// A workers request: how many, of which groups, with which caps.
+fn workers_request_text(request: &Value) -> String {
+    let count = request["count"].as_u64().unwrap_or(1);
+    let mut line = format!("{count} worker{}", if count == 1 { "" } else { "s" });
+    let groups: Vec<String> = request["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(text)
+        .collect();
+    if !groups.is_empty() {
+        line.push_str(&format!(" of group {}", groups.join(" or ")));
+    }
+    let caps: Vec<String> = request["caps"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(key, value)| format!("{key}={}", text(value)))
+        .collect();
+    if !caps.is_empty() {
+        line.push_str(&format!(" with {}", caps.join(", ")));
+    }
+    line
+}
+
+/// The workers fitting a request, each with its holder and, when the
+/// holder does not run, why.
+fn fitting_lines(output: &Output, reason: &Value, indent: &str, lines: &mut Vec<String>) {
+    let Some(workers) = reason["workers"].as_array() else {
+        lines.push(format!("{indent}({})", text(&reason["error"])));
+        return;
+    };
+    if workers.is_empty() {
+        lines.push(format!("{indent}none registered fits"));
+    }
+    for worker in workers {
+        let mut line = format!(
+            "{indent}worker {} ({})",
+            text(&worker["uuid"]),
+            text(&worker["state"])
+        );
+        let holder = &worker["holder"];
+        if holder.is_object() {
+            line.push_str(&format!(
+                ", held by job {} ({})",
+                text(&holder["job"]),
+                text(&holder["status"])
+            ));
+        }
+        lines.push(line);
+        if holder["why"].is_object() {
+            lines.extend(why_lines(output, &holder["why"], &format!("{indent}  ")));
+        }
+    }
+    let more = reason["total"]
+        .as_u64()
+        .unwrap_or(0)
+        .saturating_sub(workers.len() as u64);
+    if more > 0 {
+        lines.push(format!("{indent}and {more} more that fit"));
+    }
 }
 
 /// One pending request of a lock chain and whom it waits for.

@@ -1,6 +1,7 @@
 //! `WhyJob` end to end (SCHEDULING.md "Why"): a real luxid asks a real
 //! wconfd, for each job it explains that waits for locks, who is in the
-//! way; luxid's own reasons (dependencies, slots, filter rules, buckets,
+//! way, and for each workers request, which workers fit and who holds
+//! them; luxid's own reasons (dependencies, slots, filter rules, buckets,
 //! finished jobs) come from its queue.
 
 use std::thread;
@@ -86,23 +87,13 @@ fn a_job_waiting_for_locks_is_explained_down_to_the_root_holder() {
     // `warden why` tells the same chain, and `warden locks --tree` has
     // the same owners in the same order: the root owner above the one it
     // blocks, above the job.
-    let warden = |args: &[&str]| {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
-            .arg("--root")
-            .arg(cluster.root().path())
-            .args(args)
-            .output()
-            .expect("run warden");
-        assert!(output.status.success(), "warden {args:?}: {output:?}");
-        String::from_utf8(output.stdout).expect("UTF-8")
-    };
-    let told = warden(&["why", &job.to_string()]);
+    let told = warden(&cluster, &["why", &job.to_string()]);
     let (by_middle, by_root) = (
         told.find("blocked by job 901, holding instance/a exclusive"),
         told.find("blocked by job 900, holding instance/b exclusive"),
     );
     assert!(by_middle.is_some() && by_root > by_middle, "{told}");
-    let tree = warden(&["locks", "--tree"]);
+    let tree = warden(&cluster, &["locks", "--tree"]);
     let at = |what: &str| {
         tree.find(what)
             .unwrap_or_else(|| panic!("{what} in {tree}"))
@@ -115,6 +106,106 @@ fn a_job_waiting_for_locks_is_explained_down_to_the_root_holder() {
     drop(root);
     drop(middle);
     assert_eq!(cluster.wait_final(job), "success", "{}", cluster.logs());
+}
+
+fn warden(cluster: &Cluster, args: &[&str]) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+        .arg("--root")
+        .arg(cluster.root().path())
+        .args(args)
+        .output()
+        .expect("run warden");
+    assert!(output.status.success(), "warden {args:?}: {output:?}");
+    String::from_utf8(output.stdout).expect("UTF-8")
+}
+
+/// Job 2 waits for the one worker that fits, held by job 1, which waits
+/// for a lock job 0 holds: the answer goes from the worker to its holder
+/// and down the holder's lock chain.
+#[test]
+fn a_job_waiting_for_a_worker_is_explained_through_its_holder_s_lock_wait() {
+    let cluster = Cluster::start();
+    let mut wconfd = cluster.wconfd_client();
+    wconfd.ok(
+        "registerWorker",
+        json!([{"UUID": "b1", "arch": "arm64"}, ["farm"], "b1.lab:5555", null]),
+    );
+    wconfd.ok("setWorkerState", json!(["b1", "IDLE", null]));
+    // Fits too, but is kept out.
+    wconfd.ok(
+        "registerWorker",
+        json!([{"UUID": "b3", "arch": "arm64"}, ["farm"], "b3.lab:5555", null]),
+    );
+    let release = cluster.root().path().join("release");
+    let j0 = cluster.submit(json!([{"OP_ID": "OP_EXEC",
+        "argv": ["/bin/sh", "-c",
+                 format!("while [ ! -e {} ]; do sleep 0.05; done", release.display())],
+        "locks": [["instance/a", "exclusive"]]}]));
+    wait_until("job 0 runs with its lock", DEADLINE, || {
+        cluster.status(j0) == "running"
+    });
+    let on_board = |locks: Value| {
+        json!([{"OP_ID": "OP_EXEC", "argv": ["/bin/true"],
+                "workers": {"caps": {"arch": "arm64"}}, "locks": locks}])
+    };
+    let j1 = cluster.submit(on_board(json!([["instance/a", "exclusive"]])));
+    wait_until("job 1 holds b1 and waits for its lock", DEADLINE, || {
+        cluster.status(j1) == "waiting"
+    });
+    let j2 = cluster.submit(on_board(json!([])));
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(cluster.status(j2), "queued");
+    let told = warden(&cluster, &["why", &j2.to_string(), "--json"]);
+    let answer: Value = serde_json::from_str(&told).expect("JSON");
+    assert_eq!(answer["status"], "queued", "{answer}");
+    assert_eq!(kinds(&answer), ["workers"], "{answer}");
+    let reason = &answer["reasons"][0];
+    assert_eq!(
+        reason["request"]["caps"],
+        json!({"arch": "arm64"}),
+        "{answer}"
+    );
+    assert_eq!(reason["total"], 2, "{answer}");
+    let worker = &reason["workers"][0];
+    assert_eq!(worker["uuid"], "b1", "{answer}");
+    assert_eq!(worker["state"], "RUNNING", "{answer}");
+    assert_eq!(
+        reason["workers"][1],
+        json!({"uuid": "b3", "state": "MAINTENANCE", "holder": null}),
+        "{answer}"
+    );
+    let holder = &worker["holder"];
+    assert_eq!(holder["job"], json!(j1), "{answer}");
+    assert_eq!(holder["status"], "waiting", "{answer}");
+    assert_eq!(holder["why"]["id"], json!(j1), "{answer}");
+    assert_eq!(kinds(&holder["why"]), ["locks"], "{answer}");
+    let wait = &holder["why"]["reasons"][0]["waits"][0];
+    assert_eq!(wait["job"], json!(j1), "{answer}");
+    assert_eq!(wait["blockers"][0]["job"], json!(j0), "{answer}");
+    let holds = wait["blockers"][0]["holds"].as_array().expect("holds");
+    assert!(
+        holds.contains(&json!(["instance/a", "exclusive"])),
+        "{answer}"
+    );
+    // The text names them in the same order.
+    let told = warden(&cluster, &["why", &j2.to_string()]);
+    let at = |what: &str| {
+        told.find(what)
+            .unwrap_or_else(|| panic!("{what:?} in {told}"))
+    };
+    let worker_line = at(&format!("worker b1 (RUNNING), held by job {j1} (waiting)"));
+    let blocker_line = at(&format!("blocked by job {j0}, holding "));
+    assert!(
+        at("waits for 1 worker with arch=arm64") < worker_line
+            && worker_line < blocker_line
+            && blocker_line < at("worker b3 (MAINTENANCE)"),
+        "{told}"
+    );
+    // Job 0 lets go: job 1 gets its lock and ends, then job 2 gets b1.
+    std::fs::write(&release, "").expect("the release file");
+    assert_eq!(cluster.wait_final(j0), "success", "{}", cluster.logs());
+    assert_eq!(cluster.wait_final(j1), "success", "{}", cluster.logs());
+    assert_eq!(cluster.wait_final(j2), "success", "{}", cluster.logs());
 }
 
 #[test]

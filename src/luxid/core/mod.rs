@@ -45,7 +45,7 @@ use crate::limits::{DEAD_JOB_WRITE_RETRY_INTERVAL, RELEASE_PROBE_INTERVAL};
 
 pub use events::{JobEvents, NewEvent};
 pub use scheduling::{ClockOrigin, unique_key};
-pub use why::{Reason, WhyJob};
+pub use why::{FittingWorker, Listed, ListedWorker, Reason, WhyJob};
 
 /// A client connection, as the shell names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -1067,3 +1067,127 @@ fn a_queued_job_past_its_start_by_is_canceled_saying_so() {
     );
     assert_eq!(driver.feed(Input::Tick), [], "nothing more is due");
 }
+
+/// A job waiting for workers is told with the fitting workers wconfd
+/// listed; through a holder that does not run the chain goes on, once per
+/// holder, and stops at one that runs.
+#[test]
+fn a_job_waiting_for_workers_names_the_fitting_ones_and_why_their_holder_waits() {
+    let mut driver = Driver::new(4);
+    let arm = json!({"caps": {"arch": "arm64"}});
+    driver.submit(vec![
+        job_with(1, "workers", json!({"caps": {"arch": "arm64"}, "count": 2})),
+        job_with(2, "workers", arm.clone()),
+        job_with(3, "workers", json!({"caps": {"arch": "sparc"}})),
+    ]);
+    let request = crate::protocol::workers::decode_request(&arm).expect("a request");
+    let sparc = crate::protocol::workers::decode_request(&json!({"caps": {"arch": "sparc"}}))
+        .expect("a request");
+    // Before wconfd listed them: the request alone.
+    let why = driver.core.why(2, &BTreeMap::new()).expect("job 2");
+    assert_eq!(
+        why.reasons,
+        [Reason::Workers {
+            request: request.clone(),
+            fitting: None,
+            total: 0,
+        }]
+    );
+    // Job 1 gets b1 and b2 and waits for its locks.
+    let effects = driver.feed(Input::WorkersAssigned {
+        id: 1,
+        workers: vec![json!({"uuid": "b1"}), json!({"uuid": "b2"})],
+    });
+    assert_eq!(effects, [Effect::Spawn { id: 1 }]);
+    driver.spawn_all(effects);
+    let waiting = with_status(
+        running(
+            job_with(1, "workers", json!({"caps": {"arch": "arm64"}, "count": 2})),
+            101,
+        ),
+        Status::Waiting,
+    );
+    driver.feed(Input::JobFileChanged {
+        job: waiting.clone(),
+    });
+    assert_eq!(driver.status(1), Some(Status::Waiting));
+    let listed_worker = |uuid: &str, state, holder| ListedWorker {
+        uuid: uuid.to_owned(),
+        state,
+        holder,
+    };
+    let listed = BTreeMap::from([
+        (
+            request.clone(),
+            Listed {
+                workers: vec![
+                    listed_worker("b1", crate::workers::State::Running, Some(1)),
+                    listed_worker("b2", crate::workers::State::Running, Some(1)),
+                    listed_worker("b3", crate::workers::State::Maintenance, None),
+                ],
+                total: 4,
+            },
+        ),
+        (sparc.clone(), Listed::default()),
+    ]);
+    let why = driver.core.why(2, &listed).expect("job 2");
+    let holder_waits = WhyJob {
+        id: 1,
+        status: Status::Waiting,
+        reasons: vec![Reason::Locks],
+    };
+    let fit = |uuid: &str, state, holder, holder_status, why: Option<WhyJob>| FittingWorker {
+        worker: listed_worker(uuid, state, holder),
+        holder_status,
+        why: why.map(Box::new),
+    };
+    assert_eq!(
+        why.reasons,
+        [Reason::Workers {
+            request: request.clone(),
+            fitting: Some(vec![
+                fit(
+                    "b1",
+                    crate::workers::State::Running,
+                    Some(1),
+                    Some(Status::Waiting),
+                    Some(holder_waits),
+                ),
+                // Said above.
+                fit(
+                    "b2",
+                    crate::workers::State::Running,
+                    Some(1),
+                    Some(Status::Waiting),
+                    None,
+                ),
+                fit("b3", crate::workers::State::Maintenance, None, None, None),
+            ]),
+            total: 4,
+        }]
+    );
+    // None registered fits.
+    let why = driver.core.why(3, &listed).expect("job 3");
+    assert_eq!(
+        why.reasons,
+        [Reason::Workers {
+            request: sparc,
+            fitting: Some(Vec::new()),
+            total: 0,
+        }]
+    );
+    // A holder that runs is in no one's way but its own work's.
+    driver.feed(Input::JobFileChanged {
+        job: with_status(waiting, Status::Running),
+    });
+    let why = driver.core.why(2, &listed).expect("job 2");
+    let Reason::Workers {
+        fitting: Some(fitting),
+        ..
+    } = &why.reasons[0]
+    else {
+        panic!("{why:?}")
+    };
+    assert_eq!(fitting[0].holder_status, Some(Status::Running));
+    assert_eq!(fitting[0].why, None);
+}

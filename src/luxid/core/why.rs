@@ -1,15 +1,44 @@
 //! Why a job is not running, or did not run (SCHEDULING.md "Why"), as far
 //! as luxid's queue knows it: the typed reasons a scheduling pass has for
-//! leaving a queued job, recursively through the jobs it depends on. What
-//! a job waiting for locks waits for is wconfd's to tell; the shell asks
-//! it for each [`Reason::Locks`].
+//! leaving a queued job, recursively through the jobs it depends on and
+//! the jobs holding the workers it asks for. What a job waiting for locks
+//! waits for, and which workers fit a request, are wconfd's to tell: the
+//! shell asks it for each [`Reason::Locks`], and lists the workers of
+//! each [`Reason::Workers`] request, giving the lists back to
+//! [`QueueCore::why`].
 
 use super::*;
 use crate::scheduling::filters::Action as RuleAction;
 use crate::scheduling::rate_limit::Occupancy;
+use crate::workers::{Request, State};
 
-/// How deep [`QueueCore::why`] follows dependencies.
+/// How deep [`QueueCore::why`] follows dependencies and worker holders.
 const DEPENDENCY_DEPTH_MAX: usize = 8;
+
+/// A registered worker as wconfd listed it for a request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ListedWorker {
+    pub uuid: String,
+    pub state: State,
+    pub holder: Option<JobId>,
+}
+
+/// wconfd's list of the registered workers fitting a request: the first
+/// of them, and how many fit in all.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Listed {
+    pub workers: Vec<ListedWorker>,
+    pub total: usize,
+}
+
+/// A worker fitting a job's request, with its holder's status and why
+/// the holder is not done (unless it runs, was said above or is too deep).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FittingWorker {
+    pub worker: ListedWorker,
+    pub holder_status: Option<Status>,
+    pub why: Option<Box<WhyJob>>,
+}
 
 /// Why a job is where it is.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,8 +74,14 @@ pub enum Reason {
         limit: u64,
         running: Vec<JobId>,
     },
-    /// It asked for workers and has not been given them yet.
-    Workers { request: Value },
+    /// It asked for workers and has not been given them yet; the workers
+    /// fitting its request (`None`: wconfd has not listed them), of
+    /// `total` (none fits: empty, 0).
+    Workers {
+        request: Request,
+        fitting: Option<Vec<FittingWorker>>,
+        total: usize,
+    },
     /// It waits for its locks (its runner's request, at wconfd).
     Locks,
     /// Its runner is being started, or has not said it runs yet.
@@ -61,12 +96,20 @@ pub enum Reason {
 }
 
 impl QueueCore {
-    /// Why job `id` is not running (`None`: no such job in the queue).
-    pub fn why(&self, id: JobId) -> Option<WhyJob> {
-        self.why_of(id, 0, &mut BTreeSet::from([id]))
+    /// Why job `id` is not running (`None`: no such job in the queue),
+    /// with `listed`, wconfd's lists of the workers fitting the requests
+    /// asked about so far.
+    pub fn why(&self, id: JobId, listed: &BTreeMap<Request, Listed>) -> Option<WhyJob> {
+        self.why_of(id, 0, listed, &mut BTreeSet::from([id]))
     }
 
-    fn why_of(&self, id: JobId, depth: usize, said: &mut BTreeSet<JobId>) -> Option<WhyJob> {
+    fn why_of(
+        &self,
+        id: JobId,
+        depth: usize,
+        listed: &BTreeMap<Request, Listed>,
+        said: &mut BTreeSet<JobId>,
+    ) -> Option<WhyJob> {
         if let Some(done) = self.finished.get(&id) {
             let job = done.job();
             let result = job
@@ -100,7 +143,7 @@ impl QueueCore {
                 continue;
             };
             let why = if depth < DEPENDENCY_DEPTH_MAX && said.insert(dep) {
-                self.why_of(dep, depth + 1, said).map(Box::new)
+                self.why_of(dep, depth + 1, listed, said).map(Box::new)
             } else {
                 None
             };
@@ -113,8 +156,17 @@ impl QueueCore {
         if let Some(request) = self.worker_requests.get(&id)
             && !self.assigned.contains_key(&id)
         {
+            let list = listed.get(request);
+            let fitting = list.map(|list| {
+                list.workers
+                    .iter()
+                    .map(|worker| self.fitting(worker, depth, listed, said))
+                    .collect()
+            });
             reasons.push(Reason::Workers {
-                request: crate::protocol::workers::encode_request(request),
+                request: request.clone(),
+                fitting,
+                total: list.map_or(0, |list| list.total),
             });
         }
         if let Some((index, rule)) = self.scheduling.applying(id) {
@@ -184,5 +236,35 @@ impl QueueCore {
             status,
             reasons,
         })
+    }
+
+    /// A fitting worker, and why its holder is not done when it does not
+    /// run: the chain goes on through the holder as through a dependency.
+    fn fitting(
+        &self,
+        worker: &ListedWorker,
+        depth: usize,
+        listed: &BTreeMap<Request, Listed>,
+        said: &mut BTreeSet<JobId>,
+    ) -> FittingWorker {
+        let holder_status = worker
+            .holder
+            .and_then(|holder| self.job(holder))
+            .map(|job| job.status());
+        let why = match (worker.holder, holder_status) {
+            (Some(holder), Some(status))
+                if status != Status::Running
+                    && depth < DEPENDENCY_DEPTH_MAX
+                    && said.insert(holder) =>
+            {
+                self.why_of(holder, depth + 1, listed, said).map(Box::new)
+            }
+            _ => None,
+        };
+        FittingWorker {
+            worker: worker.clone(),
+            holder_status,
+            why,
+        }
     }
 }

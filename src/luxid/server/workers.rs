@@ -51,6 +51,11 @@ pub enum WconfdCall {
         why: u64,
         job: JobId,
     },
+    /// The workers fitting `request`, for held `WhyJob` `why`.
+    ListFitting {
+        why: u64,
+        request: WorkerRequest,
+    },
 }
 
 /// A submission held while wconfd checks its workers requests.
@@ -88,6 +93,11 @@ impl std::fmt::Display for WconfdCall {
             WconfdCall::ExplainWait { job, .. } => {
                 write!(f, "asking why job {job} waits for its locks")
             }
+            WconfdCall::ListFitting { request, .. } => write!(
+                f,
+                "listing the workers fitting {}",
+                crate::protocol::workers::encode_request(request)
+            ),
         }
     }
 }
@@ -246,6 +256,12 @@ impl Shell {
                     let chain = answer
                         .unwrap_or_else(|error| serde_json::json!({"error": failure_text(&error)}));
                     self.explained(why, job, chain);
+                }
+                (WconfdCall::ListFitting { why, request }, answer) => {
+                    let listed = answer
+                        .map_err(|error| failure_text(&error))
+                        .and_then(|answer| super::why::decode_listed(&answer));
+                    self.listed(why, request, listed);
                 }
                 (WconfdCall::FreeLocks { id }, Ok(_)) => {
                     tracing::debug!(job = id, "wconfd freed a dead job's locks");
