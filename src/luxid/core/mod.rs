@@ -37,6 +37,8 @@ mod requests;
 mod runners;
 mod scheduling;
 #[cfg(test)]
+mod scheduling_tests;
+#[cfg(test)]
 mod tests;
 mod why;
 mod workers;

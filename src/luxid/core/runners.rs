@@ -222,10 +222,13 @@ impl QueueCore {
                     return;
                 }
                 // It let go of the job without recording a pid: it never
-                // started it.
+                // started it. Queued, it is judged as a job never started
+                // is: a `REJECT` that applies cancels it, its `start_by`
+                // holds.
                 self.runners.remove(&id);
                 if let Some(job) = self.jobs.get(&id) {
                     self.queued.insert((job.priority(), id));
+                    self.scheduling.admit(job, true, &self.config.clock);
                 }
                 if let Some(reason) = self.doomed.remove(&id) {
                     // Told to end while its claimant ran: it ends now.

@@ -1191,3 +1191,72 @@ fn a_job_waiting_for_workers_names_the_fitting_ones_and_why_their_holder_waits()
     assert_eq!(fitting[0].holder_status, Some(Status::Running));
     assert_eq!(fitting[0].why, None);
 }
+
+#[test]
+fn a_job_its_claimant_let_go_is_judged_as_one_never_started() {
+    // Found held by claimants at start-up: job 1 a REJECT applies to, job
+    // 2 past its start_by. Neither is judged while a runner may have it.
+    let wall_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64();
+    let reject = crate::scheduling::decode_rule(
+        &json!(0),
+        &json!([["jobid", ["=", "id", 1]]]),
+        &json!("REJECT"),
+    )
+    .expect("a good rule");
+    let restored = Restored {
+        serial: 2,
+        jobs: vec![
+            job(1, 0, &[]),
+            job_with(2, "start_by", json!(wall_now - 1.0)),
+        ],
+        held: BTreeSet::from([1, 2]),
+        filter_rules: vec![crate::scheduling::filters::FilterRule::new(
+            "r".to_owned(),
+            0,
+            reject,
+            json!([]),
+        )],
+        ..Restored::default()
+    };
+    let (mut driver, _) = Driver::restored(0, restored);
+    let written = |effects: &[Effect]| -> Vec<(JobId, String)> {
+        effects
+            .iter()
+            .filter_map(|effect| match effect {
+                Effect::Do {
+                    action: Action::WriteJob(job),
+                    ..
+                } => Some((
+                    job.id,
+                    job.ops[0].result.as_str().unwrap_or_default().to_owned(),
+                )),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(driver.feed(Input::EndTurn), []);
+    let effects = driver.feed(Input::Tick);
+    assert_eq!(written(&effects), [], "only probes: {effects:?}");
+    // They let go without a pid: queued, and judged as any queued job.
+    for id in [1, 2] {
+        driver.feed(Input::Probed { id, released: true });
+    }
+    let effects = driver.feed(Input::EndTurn);
+    assert_eq!(
+        written(&effects),
+        [(1, "Job canceled: rejected by filter rule r".to_owned())]
+    );
+    driver.do_ok(&effects);
+    assert_eq!(driver.status(1), Some(Status::Canceled));
+    let effects = driver.feed(Input::Tick);
+    let canceled = written(&effects);
+    assert!(
+        matches!(&canceled[..], [(2, result)] if result.starts_with("Job canceled: not started by ")),
+        "{canceled:?}"
+    );
+    driver.do_ok(&effects);
+    assert_eq!(driver.status(2), Some(Status::Canceled));
+}
