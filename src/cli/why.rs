@@ -122,6 +122,10 @@ fn why_lines(output: &Output, answer: &Value, indent: &str) -> Vec<String> {
             "locks" => "waits for locks".to_owned(),
             "starting" => "its runner is starting".to_owned(),
             "start_by" => format!("must start by {}", text(&reason["utc"])),
+            "backoff" => format!(
+                "its runner died; it runs again (retry.on_death) from {}",
+                text(&reason["utc"])
+            ),
             "drained" => "the queue is drained (new jobs are refused)".to_owned(),
             "finished" => format!("finished: {}", text(&reason["result"])),
             other => format!("{other}: {reason}"),

@@ -461,6 +461,23 @@ fn a_job_backing_off_after_its_runners_death_is_queued_and_survives_a_luxid_kill
     });
     assert_eq!(cluster.status(id), "queued");
     assert_eq!(cluster.query(id, &["opstatus"])[0], json!(["queued"]));
+    let why = cluster.client().ok("WhyJob", json!([id]));
+    let backoff = why["reasons"]
+        .as_array()
+        .expect("reasons")
+        .iter()
+        .find(|reason| reason["kind"] == "backoff")
+        .unwrap_or_else(|| panic!("a backoff reason in {why}"))
+        .clone();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64();
+    let until = backoff["unix_secs"].as_f64().expect("a time");
+    assert!(
+        (now + 3500.0..now + 3601.0).contains(&until),
+        "backs off for an hour: {backoff}"
+    );
     // Queued and backing off: a restarted luxid starts it without the
     // rest of the backoff (D62), and its attempts go on from 2.
     cluster.luxid.kill9();

@@ -302,6 +302,19 @@ impl ClockOrigin {
         self.instant
             + Duration::try_from_secs_f64(ahead).unwrap_or(Duration::from_secs(u32::MAX.into()))
     }
+
+    /// The Unix time of an instant of the core's clock.
+    pub fn unix_secs_of(&self, instant: Instant) -> f64 {
+        let wall_secs = self
+            .wall
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0.0, |since| since.as_secs_f64());
+        if instant >= self.instant {
+            wall_secs + (instant - self.instant).as_secs_f64()
+        } else {
+            wall_secs - (self.instant - instant).as_secs_f64()
+        }
+    }
 }
 
 /// The result of the opcodes of a job a `start_by` canceled.

@@ -88,6 +88,9 @@ pub enum Reason {
     Starting,
     /// It must start by this Unix time.
     StartBy { unix_secs: f64 },
+    /// Its runner died and `retry.on_death` runs it again, not before
+    /// this Unix time (D62).
+    Backoff { unix_secs: f64 },
     /// The queue is drained: new jobs are refused (queued ones still run).
     Drained,
     /// It is finished: its status and the result that says why, if it did
@@ -223,6 +226,11 @@ impl QueueCore {
             reasons.push(Reason::Slots {
                 max: self.config.max_running_jobs,
                 running: self.runners.keys().copied().collect(),
+            });
+        }
+        if let Some(&not_before) = self.backoff.get(&id) {
+            reasons.push(Reason::Backoff {
+                unix_secs: self.config.clock.unix_secs_of(not_before),
             });
         }
         if let Some(unix_secs) = self.scheduling.start_by_of(id) {

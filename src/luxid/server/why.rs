@@ -335,6 +335,11 @@ pub fn encode_why(why: &WhyJob, said: &Said) -> Value {
                 "unix_secs": unix_secs,
                 "utc": crate::text::utc_time(*unix_secs),
             }),
+            Reason::Backoff { unix_secs } => json!({
+                "kind": "backoff",
+                "unix_secs": unix_secs,
+                "utc": crate::text::utc_time(*unix_secs),
+            }),
             Reason::Drained => json!({"kind": "drained"}),
             Reason::Finished { result } => json!({"kind": "finished", "result": result}),
         })
