@@ -323,9 +323,10 @@ impl QueueCore {
                 return self.ask(pending, Action::WriteJob(job), effects);
             }
         }
-        let message = match doomed {
-            Some(reason) => reason,
-            None => format!("detected death of job {id}: {died}"),
+        let message = match (doomed, cause) {
+            (Some(reason), _) => reason,
+            (None, Some(cause)) => format!("detected death of job {id}: its runner {cause}"),
+            (None, None) => format!("detected death of job {id}"),
         };
         job.finish_unfinished(Status::Error, &exec_error(message));
         self.ask(
