@@ -587,9 +587,15 @@ impl DeathRetry {
         };
         let retry = exec.retry.filter(|retry| retry.on_death)?;
         let attempts = retry.max + 1;
+        // A runner that logged its last attempt and died before writing
+        // the opcode's end made every attempt: the death is none of them.
+        let made = op.attempts_logged();
+        if made >= attempts {
+            return None;
+        }
         Some(DeathRetry {
             index,
-            number: (op.attempts_logged() + 1).min(attempts),
+            number: made + 1,
             attempts,
             backoff: Duration::try_from_secs_f64(retry.backoff).unwrap_or(Duration::ZERO),
         })
