@@ -1150,3 +1150,19 @@ fn a_runner_death_after_its_last_attempt_was_logged_adds_no_attempt() {
         exec_error("detected death of job 1: its runner died")
     );
 }
+
+#[test]
+fn a_job_submitted_past_its_start_by_is_canceled_not_started_though_a_slot_is_free() {
+    let mut driver = Driver::new(1);
+    let wall_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64();
+    driver.submit(vec![job_with(1, "start_by", json!(wall_now - 5.0))]);
+    assert!(!driver.core.is_started(1), "its time had passed");
+    let effects = driver.feed(Input::Tick);
+    assert_eq!(written_job(&effects).status(), Status::Canceled);
+    driver.answer(&effects, Ok(()));
+    assert_eq!(driver.status(1), Some(Status::Canceled));
+    assert!(!driver.core.is_started(1));
+}
