@@ -406,7 +406,10 @@ fn cancel_with_kill_ends_a_running_job_as_dead() {
     let result = &cluster.query(id, &["opresult"])[0][0];
     assert_eq!(
         *result,
-        json!(["OpExecError", [format!("detected death of job {id}")]])
+        json!([
+            "OpExecError",
+            [format!("detected death of job {id}: its runner died")]
+        ])
     );
 }
 
@@ -556,7 +559,10 @@ fn a_killed_runner_fails_its_job_and_frees_its_locks() {
     let result = &cluster.query(id, &["opresult"])[0][0];
     assert_eq!(
         *result,
-        json!(["OpExecError", [format!("detected death of job {id}")]])
+        json!([
+            "OpExecError",
+            [format!("detected death of job {id}: its runner died")]
+        ])
     );
     assert!(
         !PathBuf::from(job["livelock"].as_str().unwrap()).exists(),
