@@ -829,7 +829,9 @@ impl QueueCore {
             Input::Done { ticket, result } => self.done(ticket, result, now, &mut effects),
             Input::Spawned { id, pid } => self.spawned(id, pid, &mut effects),
             Input::SpawnFailed { id, error } => self.spawn_failed(id, &error, &mut effects),
-            Input::Committed { result, spawned } => self.committed(result, spawned, &mut effects),
+            Input::Committed { result, spawned } => {
+                self.committed(result, spawned, now, &mut effects)
+            }
             Input::RunnerExited {
                 id,
                 cause,
@@ -847,10 +849,10 @@ impl QueueCore {
             }
             Input::Probed { id, released } => self.probed(id, released, now, &mut effects),
             Input::WorkersAssigned { id, workers } => {
-                self.workers_assigned(id, workers, &mut effects)
+                self.workers_assigned(id, workers, now, &mut effects)
             }
             Input::EndJob { id, reason } => self.end_job(id, reason, &mut effects),
-            Input::EndTurn => self.end_turn(&mut effects),
+            Input::EndTurn => self.end_turn(now, &mut effects),
             Input::Tick => self.tick(now, &mut effects),
         }
         effects.append(&mut self.ended);

@@ -575,7 +575,7 @@ impl QueueCore {
                 not_before,
             } => {
                 if ok {
-                    self.requeue_dead_job(job, owner, not_before, effects);
+                    self.requeue_dead_job(job, owner, not_before, now, effects);
                 } else if let Some(Started {
                     runner:
                         Runner::Dying {

@@ -45,6 +45,7 @@ impl QueueCore {
         &mut self,
         result: Result<(), String>,
         spawned: Vec<(JobId, Result<u32, String>)>,
+        now: Instant,
         effects: &mut Vec<Effect>,
     ) {
         let new_jobs = std::mem::take(&mut self.new_jobs);
@@ -61,7 +62,7 @@ impl QueueCore {
                 self.changed.insert(id);
             }
             self.check_watchers(effects);
-            self.schedule(effects);
+            self.schedule(now, effects);
             return;
         }
         for &id in &new_jobs {
@@ -95,7 +96,7 @@ impl QueueCore {
                 );
             }
         }
-        self.schedule(effects);
+        self.schedule(now, effects);
     }
 
     pub(super) fn livelock_of(&self, id: JobId) -> PathBuf {
@@ -344,6 +345,7 @@ impl QueueCore {
         job: Job,
         owner: Option<(String, u32)>,
         not_before: Instant,
+        now: Instant,
         effects: &mut Vec<Effect>,
     ) {
         let id = job.id;
@@ -357,15 +359,15 @@ impl QueueCore {
         // Queued again: a `REJECT` that applies now cancels it.
         self.scheduling.classify(job, true);
         self.backoff.insert(id, not_before);
-        self.schedule(effects);
+        self.schedule(now, effects);
     }
 
     // ----- turns and time -----
 
-    pub(super) fn end_turn(&mut self, effects: &mut Vec<Effect>) {
+    pub(super) fn end_turn(&mut self, now: Instant, effects: &mut Vec<Effect>) {
         self.check_watchers(effects);
         if self.new_jobs.is_empty() {
-            self.schedule(effects);
+            self.schedule(now, effects);
             return;
         }
         for id in &self.new_jobs {
@@ -376,7 +378,7 @@ impl QueueCore {
         // others it starts after the commit still fit): their runners
         // start while the commit is synced (D40).
         let start = self
-            .startable()
+            .startable(now)
             .into_iter()
             .filter(|id| self.new_jobs.contains(id))
             .collect();
@@ -391,7 +393,7 @@ impl QueueCore {
         let backed_off = self.backoff.len();
         self.backoff.retain(|_, not_before| *not_before > now);
         if self.backoff.len() < backed_off {
-            self.schedule(effects);
+            self.schedule(now, effects);
         }
         let due: Vec<JobId> = self
             .runners
@@ -486,9 +488,9 @@ impl QueueCore {
 
     /// Starts queued jobs whose dependencies are final, in (priority, id)
     /// order, up to `max_running_jobs`.
-    pub(super) fn schedule(&mut self, effects: &mut Vec<Effect>) {
+    pub(super) fn schedule(&mut self, now: Instant, effects: &mut Vec<Effect>) {
         self.cancel_rejected(effects);
-        for id in self.startable() {
+        for id in self.startable(now) {
             self.unqueue(id);
             self.scheduling.started(id);
             let livelock = self.livelock_of(id);
@@ -511,7 +513,7 @@ impl QueueCore {
     /// applying, a slot of its `RATE_LIMIT` rule free, and room in every
     /// ad-hoc rate-limit bucket it is in (SCHEDULING.md), counting the
     /// jobs running and those chosen before it.
-    pub(super) fn startable(&self) -> Vec<JobId> {
+    pub(super) fn startable(&self, now: Instant) -> Vec<JobId> {
         let mut room = self
             .config
             .max_running_jobs
@@ -525,8 +527,11 @@ impl QueueCore {
             if room == 0 {
                 break;
             }
+            // Past its `start_by`: canceled at the next tick (one
+            // submitted late is not yet durable, so not canceled yet).
             if !(self.dependencies_final(id) && self.has_its_workers(id))
                 || self.backoff.contains_key(&id)
+                || self.scheduling.start_by_passed(id, now)
             {
                 continue;
             }
@@ -591,9 +596,15 @@ impl DeathRetry {
         };
         let retry = exec.retry.filter(|retry| retry.on_death)?;
         let attempts = retry.max + 1;
+        // A runner that logged its last attempt and died before writing
+        // the opcode's end made every attempt: the death is none of them.
+        let made = op.attempts_logged();
+        if made >= attempts {
+            return None;
+        }
         Some(DeathRetry {
             index,
-            number: (op.attempts_logged() + 1).min(attempts),
+            number: made + 1,
             attempts,
             backoff: Duration::try_from_secs_f64(retry.backoff).unwrap_or(Duration::ZERO),
         })

@@ -93,6 +93,13 @@ impl Scheduling {
         self.start_by_secs.get(&id).map(|(_, secs)| *secs)
     }
 
+    /// Whether queued job `id`'s `start_by` deadline is `now` or past.
+    pub(super) fn start_by_passed(&self, id: JobId, now: Instant) -> bool {
+        self.start_by_secs
+            .get(&id)
+            .is_some_and(|(deadline, _)| *deadline <= now)
+    }
+
     /// The earliest `start_by` deadline.
     pub(super) fn next_deadline(&self) -> Option<Instant> {
         self.start_by.first().map(|(deadline, _)| *deadline)

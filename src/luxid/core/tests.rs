@@ -3,7 +3,7 @@
 //! would (or refused, as a full disk would).
 
 use super::*;
-use crate::jobs::QueuedOpcode;
+use crate::jobs::{LOG_ATTEMPT, QueuedOpcode};
 use serde_json::json;
 
 const C: Conn = Conn(7);
@@ -1259,4 +1259,100 @@ fn a_job_its_claimant_let_go_is_judged_as_one_never_started() {
     );
     driver.do_ok(&effects);
     assert_eq!(driver.status(2), Some(Status::Canceled));
+}
+
+/// A job of one `OP_EXEC` retried on its runner's death (`max + 1`
+/// attempts), running, whose runner logged `logged` attempts and died.
+fn dying_after_attempts(driver: &mut Driver, max: u64, logged: u64) -> Vec<Effect> {
+    let mut exec = job(1, 0, &[]);
+    exec.ops[0].input = json!({
+        "OP_ID": "OP_EXEC",
+        "argv": ["/bin/false"],
+        "retry": {"max": max, "on_death": true},
+    });
+    driver.submit(vec![exec.clone()]);
+    let mut ran = running(exec, 101);
+    for number in 1..=logged {
+        ran.ops[0].log.push(LogEntry(
+            number,
+            crate::jobs::Timestamp(1001, 0),
+            LOG_ATTEMPT.to_owned(),
+            json!(format!(
+                "Attempt {number} of {}: /bin/false exited with code 1",
+                max + 1
+            )),
+        ));
+    }
+    driver.feed(Input::JobFileChanged { job: ran });
+    driver.feed(Input::RunnerExited {
+        id: 1,
+        cause: None,
+        livelock_held: false,
+    });
+    driver.feed(Input::Probed {
+        id: 1,
+        released: true,
+    })
+}
+
+fn written_job(effects: &[Effect]) -> &Job {
+    effects
+        .iter()
+        .find_map(|effect| match effect {
+            Effect::Do {
+                action: Action::WriteJob(job),
+                ..
+            } => Some(job),
+            _ => None,
+        })
+        .expect("a job written")
+}
+
+#[test]
+fn a_runner_death_with_attempts_left_is_one_more_attempt_and_queues_the_job_again() {
+    let mut driver = Driver::new(1);
+    let effects = dying_after_attempts(&mut driver, 2, 1);
+    let requeued = written_job(&effects);
+    assert_eq!(requeued.status(), Status::Queued);
+    let attempts: Vec<&Value> = requeued.ops[0]
+        .log
+        .iter()
+        .filter(|entry| entry.2 == LOG_ATTEMPT)
+        .map(|entry| &entry.3)
+        .collect();
+    assert_eq!(
+        attempts,
+        [
+            &json!("Attempt 1 of 3: /bin/false exited with code 1"),
+            &json!("Attempt 2 of 3: its runner died"),
+        ]
+    );
+}
+
+#[test]
+fn a_runner_death_after_its_last_attempt_was_logged_adds_no_attempt() {
+    // The runner logged its last attempt and died before writing the
+    // opcode's end: the death is no attempt of its own.
+    let mut driver = Driver::new(1);
+    let effects = dying_after_attempts(&mut driver, 1, 2);
+    let ended = written_job(&effects);
+    assert_eq!(ended.status(), Status::Error);
+    assert_eq!(ended.ops[0].attempts_logged(), 2, "{:?}", ended.ops[0].log);
+    assert_eq!(ended.ops[0].result, exec_error("detected death of job 1"));
+}
+
+#[test]
+fn a_job_submitted_past_its_start_by_is_canceled_not_started_though_a_slot_is_free() {
+    let mut driver = Driver::new(1);
+    let wall_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64();
+    driver.submit(vec![job_with(1, "start_by", json!(wall_now - 5.0))]);
+    assert!(!driver.core.is_started(1), "its time had passed");
+    let effects = driver.feed(Input::Tick);
+    assert_eq!(written_job(&effects).status(), Status::Canceled);
+    driver.answer(&effects, Ok(()));
+    assert_eq!(driver.status(1), Some(Status::Canceled));
+    assert!(!driver.core.is_started(1));
 }

@@ -62,13 +62,14 @@ impl QueueCore {
         &mut self,
         id: JobId,
         workers: Vec<Value>,
+        now: Instant,
         effects: &mut Vec<Effect>,
     ) {
         match self.jobs.get(&id) {
             Some(_) if self.worker_requests.contains_key(&id) => {
                 self.assigned.insert(id, workers);
                 if !self.runners.contains_key(&id) {
-                    self.schedule(effects);
+                    self.schedule(now, effects);
                 }
             }
             // An unfinished job that asked for none cannot hold any; a
