@@ -26,6 +26,15 @@
 //! empty, and no stale livelock file left but those the stale-age rule
 //! allows (D12).
 //!
+//! Also at the end, for timeouts and retries: each opcode's attempt
+//! entries are numbered 1, 2, ... of `max + 1` and agree with how it
+//! ended; a runner's death with `on_death` ends a job only once its
+//! attempts ran out; a job whose cancel luxid took goes on with at most
+//! the attempt in progress (unless luxid was killed before it ended); a
+//! program run past its `timeout` ends by it; a lock wait past its
+//! `lock_timeout` ran nothing; a job canceled by its `start_by` never
+//! started, and one that started did so by its `start_by`.
+//!
 //! The worker client's farm is checked after each start of wconfd and at
 //! the end (what was acknowledged stands), and at the end no board was
 //! held by two jobs' programs at once and each handover of a board with a
@@ -49,7 +58,10 @@ use crate::queue;
 use crate::scheduling::rate_limit::{Bucket, buckets_of};
 
 use super::history::{self, Interval, now_us};
-use super::job_clients::{FILTER_UUID, FilterChange, HELD_REASON};
+use super::job_clients::{
+    FAILING, FILTER_UUID, FLAKY, FilterChange, HELD_REASON, PROGRAM_VAR, RUNNER_KILLER, SLOW,
+    STUBBORN,
+};
 use super::lock_clients::parse_listing;
 use super::processes::{self, DaemonProcess, OwnerFate};
 use super::rng::Rng;
@@ -137,6 +149,7 @@ pub fn chaos_step(rng: &mut Rng, shared: &Shared, daemons: &mut Daemons) {
             }
         }
         15..=29 => {
+            note_luxid_kill(shared);
             daemons.luxid.kill9();
             shared.figures.luxid_kills.fetch_add(1, Ordering::Relaxed);
             check_serial_file(shared);
@@ -147,6 +160,7 @@ pub fn chaos_step(rng: &mut Rng, shared: &Shared, daemons: &mut Daemons) {
         }
         30..=34 => {
             // Both, wconfd first; luxid needs wconfd to start.
+            note_luxid_kill(shared);
             daemons.luxid.kill9();
             check_serial_file(shared);
             daemons.wconfd.kill9();
@@ -192,6 +206,14 @@ pub fn chaos_step(rng: &mut Rng, shared: &Shared, daemons: &mut Daemons) {
             }
         }
     }
+}
+
+fn note_luxid_kill(shared: &Shared) {
+    shared
+        .luxid_kills
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(now_us());
 }
 
 /// The checks after a start of wconfd, with the lock clients held off.
@@ -610,6 +632,8 @@ pub fn final_checks(shared: &Shared, daemons: &mut Daemons, settle: Duration) {
         "opexec",
         "opend",
         "received_ts",
+        "oplog",
+        "opstart",
     ];
     let rows: BTreeMap<u64, Value> = loop {
         let mut client = match luxid(shared) {
@@ -689,6 +713,10 @@ pub fn final_checks(shared: &Shared, daemons: &mut Daemons, settle: Duration) {
     check_rate_limits(shared, &rows);
     check_held_jobs(shared, &rows);
     check_unique_keys(shared, &rows);
+    check_attempts(shared, &rows);
+    check_exec_timeouts(shared, &rows);
+    check_lock_timeouts(shared, &rows);
+    check_start_by(shared, &rows);
     check_holds(shared);
     match wconfd(shared) {
         Ok(mut client) => check_farm(shared, &mut client, "at the end"),
@@ -723,10 +751,18 @@ fn check_outcomes(shared: &Shared, rows: &BTreeMap<u64, Value>) {
     for (id, row) in rows {
         let status = row[1].as_str().unwrap_or_default();
         let results = row[4].as_array().cloned().unwrap_or_default();
-        let messages: Vec<String> = results
+        let ops = row[2].as_array().cloned().unwrap_or_default();
+        // Each error message with the opcode it is the result of.
+        let messages: Vec<(String, &Value)> = results
             .iter()
-            .filter_map(|result| result[1][0].as_str().map(str::to_owned))
+            .zip(&ops)
+            .filter_map(|(result, op)| result[1][0].as_str().map(|text| (text.to_owned(), op)))
             .collect();
+        // Its death, and the deaths it may not retry, are its own doing.
+        let kills_its_runner = ops.iter().any(|op| program_kind(op) == Some(RUNNER_KILLER));
+        let not_started = results
+            .iter()
+            .any(|result| result.as_str().is_some_and(is_not_started_by));
         let job = jobs.get(id);
         let depends = job.map(|job| job.depends.clone()).unwrap_or_default();
         let cancel_asked = job.is_some_and(|job| job.cancel_asked);
@@ -757,8 +793,20 @@ fn check_outcomes(shared: &Shared, rows: &BTreeMap<u64, Value>) {
         match status {
             "success" => {}
             "error" => {
-                for message in &messages {
+                for (message, op) in &messages {
+                    let kind = program_kind(op);
                     let explained = if message == "Preceding opcode failed" {
+                        true
+                    } else if message.starts_with("lock wait timed out after ") {
+                        op["lock_timeout"].is_number()
+                    } else if is_program_failure(op, message) {
+                        // Run past its timeout, or failing as it was made to.
+                        match kind {
+                            Some(SLOW | STUBBORN) => message.contains(" timed out after "),
+                            Some(FLAKY | FAILING) => message.contains(" exited with code "),
+                            _ => false,
+                        }
+                    } else if kills_its_runner && message.starts_with("detected death of job") {
                         true
                     } else if board.is_some() && message.starts_with("worker ") {
                         // Failed or taken into maintenance with `kill`
@@ -795,6 +843,8 @@ fn check_outcomes(shared: &Shared, rows: &BTreeMap<u64, Value>) {
                 }
             }
             "canceled" if cancel_asked || dependency_canceled => {}
+            // Its `start_by` passed (checked in `check_start_by`).
+            "canceled" if not_started && ops[0]["start_by"].is_number() => {}
             other => shared.violation(format!(
                 "job {id} ended '{other}' though nothing canceled it: {}",
                 Value::Array(results.clone())
@@ -848,6 +898,7 @@ fn check_rate_limits(shared: &Shared, rows: &BTreeMap<u64, Value>) {
         let (Some(start_us), Some(end_us)) = (timestamp_us(&row[5]), timestamp_us(&row[6])) else {
             continue;
         };
+        let runs = runs_of(row, start_us, end_us);
         let ops = row[2].as_array().cloned().unwrap_or_default();
         let reasons: Vec<&str> = ops
             .iter()
@@ -858,8 +909,10 @@ fn check_rate_limits(shared: &Shared, rows: &BTreeMap<u64, Value>) {
         for bucket in buckets_of(reasons) {
             let bucket_edges = edges.entry(bucket).or_default();
             // At one instant an end comes before a start.
-            bucket_edges.push((start_us, 1, *id));
-            bucket_edges.push((end_us, -1, *id));
+            for &(start_us, end_us) in &runs {
+                bucket_edges.push((start_us, 1, *id));
+                bucket_edges.push((end_us, -1, *id));
+            }
         }
     }
     for (bucket, mut bucket_edges) in edges {
@@ -1053,11 +1106,21 @@ fn check_intervals(shared: &Shared, rows: &BTreeMap<u64, Value>) {
             if row[3][index] != "success" {
                 continue;
             }
-            let (Some(start_us), Some(end_us)) =
+            let (Some(mut start_us), Some(end_us)) =
                 (timestamp_us(&row[7][index]), timestamp_us(&row[8][index]))
             else {
                 continue;
             };
+            // Run again after its runner's death: `exec` is the first
+            // run's, and its locks were freed in between; the last run
+            // held them by its first attempt's end.
+            let attempts = attempts_of(&row[10][index]).unwrap_or_default();
+            if let Some(last_death) = attempts.iter().rposition(|a| is_death(&a.reason)) {
+                match attempts.get(last_death + 1) {
+                    Some(attempt) => start_us = attempt.at_us,
+                    None => continue,
+                }
+            }
             let mut locks = vec![("cluster/BGL".to_owned(), Mode::Shared)];
             locks.extend(opcode_locks(op));
             for (lock, mode) in locks {
@@ -1204,4 +1267,423 @@ fn check_livelocks(shared: &Shared, swept: SystemTime) {
             ));
         }
     }
+}
+
+/// What the harness's program of an `OP_EXEC` does (`job_clients`).
+fn program_kind(op: &Value) -> Option<&str> {
+    op["env"][PROGRAM_VAR].as_str()
+}
+
+/// An opcode result's reason that is its program's own ending: exit,
+/// signal, timeout, or a failure to start it.
+fn is_program_failure(op: &Value, reason: &str) -> bool {
+    let program = op["argv"][0].as_str().unwrap_or_default();
+    op["OP_ID"] == "OP_EXEC"
+        && (reason.starts_with(&format!("{program} ")) || reason.starts_with("cannot start "))
+}
+
+fn is_not_started_by(result: &str) -> bool {
+    result.starts_with("Job canceled: not started by ")
+}
+
+/// The reason luxid gives an attempt it counted for a runner's death.
+fn is_death(reason: &str) -> bool {
+    reason.starts_with("its runner ")
+}
+
+/// One `"attempt"` entry of an opcode's log.
+#[derive(Debug)]
+struct Attempt {
+    at_us: u64,
+    number: u64,
+    of: u64,
+    reason: String,
+}
+
+/// The attempt entries of one opcode's log, in log order.
+fn attempts_of(log: &Value) -> Result<Vec<Attempt>, String> {
+    let mut attempts = Vec::new();
+    for entry in log.as_array().into_iter().flatten() {
+        if entry[2] != crate::jobs::LOG_ATTEMPT {
+            continue;
+        }
+        let parsed = entry[3].as_str().and_then(|text| {
+            let (numbers, reason) = text.strip_prefix("Attempt ")?.split_once(": ")?;
+            let (number, of) = numbers.split_once(" of ")?;
+            Some(Attempt {
+                at_us: timestamp_us(&entry[1])?,
+                number: number.parse().ok()?,
+                of: of.parse().ok()?,
+                reason: reason.to_owned(),
+            })
+        });
+        attempts.push(parsed.ok_or_else(|| format!("a malformed attempt entry {entry}"))?);
+    }
+    Ok(attempts)
+}
+
+/// Whether a failed attempt's ending is one `retry.on` retries: any
+/// failure when null, else only a listed exit code (never a timeout or a
+/// signal).
+fn retry_covers(retry: &Value, details: &Value) -> bool {
+    match retry["on"].as_array() {
+        None => true,
+        Some(codes) => details["exit_code"]
+            .as_u64()
+            .is_some_and(|code| codes.iter().any(|listed| listed.as_u64() == Some(code))),
+    }
+}
+
+/// Whether luxid was killed between `from_us` and `until_us`.
+fn luxid_killed_within(shared: &Shared, from_us: u64, until_us: u64) -> bool {
+    shared
+        .luxid_kills
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .any(|&at| from_us <= at && at <= until_us)
+}
+
+/// Every opcode's attempt entries (SCHEDULING.md "Retries", D59, D62):
+/// - only an opcode with a `retry` has any; they are numbered 1, 2, ...
+///   in log order, with no gap or repeat, each "of" `max + 1`, at most
+///   that many, whether its runners or luxid (for a death) logged them;
+/// - an opcode that succeeded succeeded on its last attempt; one that
+///   failed by its program's own ending failed so on its last attempt,
+///   after all its attempts or on an ending `retry.on` does not retry;
+///   one that never ran (a preceding opcode or a dependency failed) has
+///   none;
+/// - a runner's death ends a job whose current opcode retries deaths only
+///   once its attempts ran out (unless a cancel or kill was asked: luxid
+///   does not retry those);
+/// - once luxid took a cancel of the job, at most the attempt then in
+///   progress ends after it and no death is counted, unless luxid was
+///   killed before the job ended (the next one does not know of the
+///   cancel, D62).
+fn check_attempts(shared: &Shared, rows: &BTreeMap<u64, Value>) {
+    let jobs = shared.jobs().clone();
+    for (id, row) in rows {
+        let ops = row[2].as_array().cloned().unwrap_or_default();
+        let job = jobs.get(id);
+        let board = job.is_some_and(|job| job.workers.is_some());
+        let cancel_asked = job.is_some_and(|job| job.cancel_asked);
+        let mut all_attempts = Vec::new();
+        let mut retried = false;
+        for (index, op) in ops.iter().enumerate() {
+            let wrong = |what: String| format!("job {id}, opcode {index}: {what}");
+            let attempts = match attempts_of(&row[10][index]) {
+                Ok(attempts) => attempts,
+                Err(message) => return shared.violation(wrong(message)),
+            };
+            let retry = &op["retry"];
+            if retry.is_null() {
+                if !attempts.is_empty() {
+                    return shared.violation(wrong(format!(
+                        "attempt entries for an opcode without a retry: {attempts:?}"
+                    )));
+                }
+                continue;
+            }
+            retried = true;
+            let figures = &shared.figures;
+            figures.retry_ops_checked.fetch_add(1, Ordering::Relaxed);
+            if retry["on_death"] == true {
+                figures.on_death_ops_checked.fetch_add(1, Ordering::Relaxed);
+            }
+            figures
+                .attempts_checked
+                .fetch_add(attempts.len() as u64, Ordering::Relaxed);
+            let deaths = attempts.iter().filter(|a| is_death(&a.reason)).count();
+            figures
+                .death_attempts
+                .fetch_add(deaths as u64, Ordering::Relaxed);
+            let allowed = retry["max"].as_u64().unwrap_or(0) + 1;
+            let numbered = attempts
+                .iter()
+                .enumerate()
+                .all(|(at, attempt)| attempt.number == at as u64 + 1 && attempt.of == allowed);
+            if !numbered || attempts.len() as u64 > allowed {
+                return shared.violation(wrong(format!(
+                    "attempts not numbered 1 to at most {allowed} in order: {attempts:?}"
+                )));
+            }
+            let program = op["argv"][0].as_str().unwrap_or_default();
+            let last = attempts.last().map(|attempt| attempt.reason.as_str());
+            let result = &row[4][index];
+            let reason = result[1][0].as_str().unwrap_or_default();
+            match row[3][index].as_str().unwrap_or_default() {
+                "success" => {
+                    if last != Some(format!("{program} exited with code 0").as_str()) {
+                        return shared.violation(wrong(format!(
+                            "succeeded, yet its last attempt did not: {attempts:?}"
+                        )));
+                    }
+                    if attempts.len() > 1 {
+                        figures.retried_to_success.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                "error" if is_program_failure(op, reason) => {
+                    let details = &result[1][1];
+                    if last != Some(reason) {
+                        return shared.violation(wrong(format!(
+                            "failed with {reason:?}, not its last attempt's ending: {attempts:?}"
+                        )));
+                    }
+                    if (attempts.len() as u64) < allowed && retry_covers(retry, details) {
+                        return shared.violation(wrong(format!(
+                            "failed with {reason:?} ({details}) after {} of {allowed} attempts, \
+                             though its retry {retry} covers that ending",
+                            attempts.len()
+                        )));
+                    }
+                }
+                "error" if reason.starts_with("detected death of job") => {
+                    let current = (0..index).all(|before| row[3][before] == "success");
+                    if retry["on_death"] == true
+                        && current
+                        && !board
+                        && !cancel_asked
+                        && (attempts.len() as u64) < allowed
+                    {
+                        return shared.violation(wrong(format!(
+                            "its runner's death ended it with {} of {allowed} attempts made, \
+                             though it retries deaths: {attempts:?}",
+                            attempts.len()
+                        )));
+                    }
+                }
+                "error"
+                    if (reason == "Preceding opcode failed"
+                        || reason.starts_with("Dependency job"))
+                        && !attempts.is_empty() =>
+                {
+                    return shared.violation(wrong(format!(
+                        "never ran ({reason:?}), yet has attempts: {attempts:?}"
+                    )));
+                }
+                _ => {}
+            }
+            all_attempts.extend(attempts);
+        }
+        let Some(taken_us) = job.and_then(|job| job.cancel_taken_us) else {
+            continue;
+        };
+        let end_us = timestamp_us(&row[6]).unwrap_or(u64::MAX);
+        if !retried || luxid_killed_within(shared, taken_us, end_us) {
+            continue;
+        }
+        shared
+            .figures
+            .canceled_attempts_checked
+            .fetch_add(1, Ordering::Relaxed);
+        let after: Vec<&Attempt> = all_attempts
+            .iter()
+            .filter(|attempt| attempt.at_us > taken_us)
+            .collect();
+        if after.len() > 1 || after.iter().any(|attempt| is_death(&attempt.reason)) {
+            return shared.violation(format!(
+                "job {id} went on with attempts after luxid took its cancel at {taken_us} µs \
+                 (and was not killed before the job ended): {after:?}"
+            ));
+        }
+    }
+}
+
+/// An `OP_EXEC` whose program runs past its `timeout` never succeeds;
+/// when it fails by its program's ending, that is the timeout's: SIGTERM
+/// at least the timeout after its start, or SIGKILL at least the grace
+/// after that; every attempt of it its runner logged timed out too.
+fn check_exec_timeouts(shared: &Shared, rows: &BTreeMap<u64, Value>) {
+    // The durations are measured with the runner's monotonic clock and
+    // printed rounded.
+    const SLACK_S: f64 = 0.001;
+    for (id, row) in rows {
+        for (index, op) in row[2].as_array().into_iter().flatten().enumerate() {
+            let kind = program_kind(op);
+            if !matches!(kind, Some(SLOW | STUBBORN)) {
+                continue;
+            }
+            let wrong = |what: String| format!("job {id}, opcode {index} ({op}): {what}");
+            let status = row[3][index].as_str().unwrap_or_default();
+            let result = &row[4][index];
+            if status == "success" {
+                return shared.violation(wrong(format!(
+                    "ran past its timeout, yet succeeded: {result}"
+                )));
+            }
+            let attempts = attempts_of(&row[10][index]).unwrap_or_default();
+            if let Some(attempt) = attempts
+                .iter()
+                .find(|a| !is_death(&a.reason) && !a.reason.contains(" timed out after "))
+            {
+                return shared.violation(wrong(format!(
+                    "an attempt ended other than by its timeout: {attempt:?}"
+                )));
+            }
+            let reason = result[1][0].as_str().unwrap_or_default();
+            if status != "error" || !is_program_failure(op, reason) {
+                continue;
+            }
+            shared
+                .figures
+                .exec_timeouts_checked
+                .fetch_add(1, Ordering::Relaxed);
+            let details = &result[1][1];
+            let duration = details["duration"].as_f64().unwrap_or(0.0);
+            let timeout = op["timeout"].as_f64().unwrap_or(0.0);
+            let grace = op["kill_grace"].as_f64().unwrap_or(0.0);
+            // SIGKILL comes only after the grace; a stubborn program
+            // signalled before its shell ignored SIGTERM ends on SIGTERM.
+            let least = match details["signal"].as_u64() {
+                Some(15) => Some(timeout),
+                Some(9) => Some(timeout + grace),
+                _ => None,
+            };
+            let timed_out =
+                reason.contains(" timed out after ") && reason.ends_with(" and was killed");
+            if !timed_out || least.is_none_or(|least| duration < least - SLACK_S) {
+                return shared.violation(wrong(format!(
+                    "did not end as its timeout ends it (SIGTERM after the timeout, or \
+                     SIGKILL after the grace too): {result}"
+                )));
+            }
+        }
+    }
+}
+
+/// An opcode failed by its `lock_timeout` never ran its program, and
+/// waited at least that long (from its start, which comes before its
+/// first lock request); its blockers are a list.
+fn check_lock_timeouts(shared: &Shared, rows: &BTreeMap<u64, Value>) {
+    // The deadline is kept on the monotonic clock, the times on the wall
+    // clock, which may be slewed against it.
+    const SLACK_US: u64 = 1_000;
+    for (id, row) in rows {
+        for (index, op) in row[2].as_array().into_iter().flatten().enumerate() {
+            let result = &row[4][index];
+            let reason = result[1][0].as_str().unwrap_or_default();
+            if !reason.starts_with("lock wait timed out after ") {
+                continue;
+            }
+            shared
+                .figures
+                .lock_timeouts_checked
+                .fetch_add(1, Ordering::Relaxed);
+            let wrong = |what: String| format!("job {id}, opcode {index} ({op}): {what}");
+            let lock_timeout_us = (op["lock_timeout"].as_f64().unwrap_or(f64::MAX) * 1e6) as u64;
+            let waited_us = timestamp_us(&row[11][index])
+                .zip(timestamp_us(&row[8][index]))
+                .map(|(start, end)| end.saturating_sub(start));
+            if !row[7][index].is_null() {
+                return shared.violation(wrong(format!(
+                    "its lock wait timed out, yet it ran: {result}"
+                )));
+            }
+            if waited_us.is_none_or(|waited| waited + SLACK_US < lock_timeout_us) {
+                return shared.violation(wrong(format!(
+                    "its lock wait timed out after {waited_us:?} µs, before its lock_timeout"
+                )));
+            }
+            if !result[1][1]["blockers"].is_array() {
+                return shared.violation(wrong(format!("no list of blockers: {result}")));
+            }
+        }
+    }
+}
+
+/// How long after its `start_by` a job's own start time may still show:
+/// luxid started it in time, and its runner wrote the time later (as
+/// [`HELD_START_MARGIN_US`]).
+const START_BY_MARGIN_US: u64 = 2_000_000;
+/// How far a cancel by `start_by` may come before it by the wall clock:
+/// luxid reads its deadlines on the monotonic clock (D61).
+const START_BY_EARLY_US: u64 = 250_000;
+
+/// A job canceled by its `start_by` never started (no start time, no
+/// opcode run, no attempt), and was canceled only once its `start_by`
+/// passed; a job that started did so by its `start_by`. A job queued
+/// again after its runner's death started in time and is not canceled
+/// by the deadline (D62).
+fn check_start_by(shared: &Shared, rows: &BTreeMap<u64, Value>) {
+    for (id, row) in rows {
+        let Some(start_by) = row[2][0]["start_by"].as_f64() else {
+            continue;
+        };
+        shared
+            .figures
+            .start_by_checked
+            .fetch_add(1, Ordering::Relaxed);
+        let start_by_us = (start_by * 1e6) as u64;
+        let results = row[4].as_array().cloned().unwrap_or_default();
+        let canceled = results
+            .iter()
+            .any(|result| result.as_str().is_some_and(is_not_started_by));
+        if !canceled {
+            if let Some(start_us) = timestamp_us(&row[5])
+                && start_us > start_by_us + START_BY_MARGIN_US
+            {
+                return shared.violation(format!(
+                    "job {id} started at {start_us} µs, after its start_by {start_by} \
+                     (and the margin)"
+                ));
+            }
+            continue;
+        }
+        shared
+            .figures
+            .start_by_canceled
+            .fetch_add(1, Ordering::Relaxed);
+        let ran = !row[5].is_null()
+            || (0..results.len()).any(|index| {
+                !row[11][index].is_null()
+                    || !row[7][index].is_null()
+                    || row[3][index] != "canceled"
+                    || attempts_of(&row[10][index]).map_or(true, |a| !a.is_empty())
+            });
+        if ran {
+            return shared.violation(format!(
+                "job {id} was canceled as not started by {start_by}, yet it started: \
+                 start {}, opcodes {} started {} ran {}",
+                row[5], row[3], row[11], row[7]
+            ));
+        }
+        if timestamp_us(&row[6]).is_none_or(|end_us| end_us + START_BY_EARLY_US < start_by_us) {
+            return shared.violation(format!(
+                "job {id} was canceled at {} before its start_by {start_by}",
+                row[6]
+            ));
+        }
+    }
+}
+
+/// The times a job ran, each within luxid's view of it as running: from
+/// `start_us` (its start as its first runner to write one wrote it) to
+/// `end_us`, but for a job queued again after its runner's death
+/// (`on_death`) the run that wrote the start until the next death luxid
+/// counted, and the last run from its first attempt's end (the others
+/// are left out).
+fn runs_of(row: &Value, start_us: u64, end_us: u64) -> Vec<(u64, u64)> {
+    // Log serials grow across the opcodes: this is log order.
+    let attempts: Vec<Attempt> = row[10]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|log| attempts_of(log).unwrap_or_default())
+        .collect();
+    let Some(last_death) = attempts.iter().rposition(|a| is_death(&a.reason)) else {
+        return vec![(start_us, end_us)];
+    };
+    let mut runs = Vec::new();
+    // A death is counted after all its run wrote.
+    let death_after_start = attempts
+        .iter()
+        .find(|a| is_death(&a.reason) && a.at_us > start_us);
+    match death_after_start {
+        Some(death) => runs.push((start_us, death.at_us)),
+        None => return vec![(start_us, end_us)],
+    }
+    if let Some(attempt) = attempts.get(last_death + 1) {
+        runs.push((attempt.at_us, end_us));
+    }
+    runs
 }

@@ -8,7 +8,10 @@
 //! jobs, some of two opcodes, some asking for boards of the worker
 //! client's farm, some in ad-hoc rate-limit buckets, some held by the
 //! harness's `PAUSE` rule while it exists (the first client adds and
-//! deletes it now and then), some with a unique key.
+//! deletes it now and then), some with a unique key. Some `OP_EXEC`s are
+//! retried (`retry`, some on their runner's death), some run past their
+//! `timeout`, some wait for a node with a `lock_timeout`, and some jobs
+//! must start by a `start_by` that may have passed.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -607,6 +610,13 @@ fn cancel(rng: &mut Rng, shared: &Shared, client: &mut Client) -> bool {
     match answer {
         Answer::Valid(answer) => {
             let (canceled, message) = flag_and_message(&answer).expect("checked valid");
+            // Told to a running runner too, though answered false.
+            if (canceled || message.contains("informed it anyway"))
+                && let Some(job) = shared.jobs().get_mut(&id)
+            {
+                job.cancel_taken_us
+                    .get_or_insert_with(super::history::now_us);
+            }
             if canceled && message.starts_with("Dequeued") {
                 shared.figures.dequeued.fetch_add(1, Ordering::Relaxed);
                 if let Some(job) = shared.jobs().get_mut(&id) {
@@ -644,7 +654,14 @@ fn job(rng: &mut Rng, shared: &Shared) -> (Value, Vec<u64>) {
             op
         })
         .collect();
-    (Value::Array(ops), depends)
+    let mut ops = Value::Array(ops);
+    if rng.percent(START_BY_PERCENT) {
+        // Passed already, or soon: a job held, rate-limited or waiting
+        // for its dependency may miss it.
+        let offset = *rng.pick(&[-5.0, 0.0, 0.3, 1.0, 3.0]);
+        ops[0]["start_by"] = json!(super::history::now_us() as f64 / 1e6 + offset);
+    }
+    (ops, depends)
 }
 
 fn opcode(rng: &mut Rng) -> Value {
@@ -661,7 +678,24 @@ fn opcode(rng: &mut Rng) -> Value {
 }
 
 fn plain_opcode(rng: &mut Rng) -> Value {
+    if rng.percent(RETRY_PERCENT) {
+        return retried_opcode(rng);
+    }
+    if rng.percent(TIMEOUT_PERCENT) {
+        return timed_opcode(rng);
+    }
     let node = *rng.pick(&NODES);
+    if rng.percent(LOCK_TIMEOUT_PERCENT) {
+        let lock_timeout = *rng.pick(&[0.0, 0.02, 0.2]);
+        return if rng.percent(50) {
+            json!({"OP_ID": "OP_EXEC", "argv": ["/bin/sleep", "0.02"],
+                   "locks": [[format!("node/{node}"), "exclusive"]],
+                   "lock_timeout": lock_timeout})
+        } else {
+            json!({"OP_ID": "OP_TEST_DELAY", "duration": 0.01 * rng.between(1, 4) as f64,
+                   "on_nodes": [node], "no_locks": false, "lock_timeout": lock_timeout})
+        };
+    }
     let sleep = format!("0.0{}", rng.between(1, 5));
     match rng.below(5) {
         0 => json!({"OP_ID": "OP_EXEC", "argv": ["/bin/true"]}),
@@ -674,5 +708,120 @@ fn plain_opcode(rng: &mut Rng) -> Value {
         3 => json!({"OP_ID": "OP_TEST_DELAY", "duration": 0.01 * rng.between(1, 4) as f64,
                     "on_nodes": [node], "no_locks": false}),
         _ => json!({"OP_ID": "OP_TEST_DELAY", "duration": 0.005}),
+    }
+}
+
+/// Opcodes with a `retry`, in percent of those drawn.
+const RETRY_PERCENT: u64 = 8;
+/// ... with an exec `timeout` (and no `retry`).
+const TIMEOUT_PERCENT: u64 = 3;
+/// ... with a `lock_timeout` on a node lock.
+const LOCK_TIMEOUT_PERCENT: u64 = 4;
+/// Jobs with a `start_by` on their first opcode.
+const START_BY_PERCENT: u64 = 5;
+
+/// The environment variable naming what a program of the harness does,
+/// which the final checks read from the job's opcodes.
+pub const PROGRAM_VAR: &str = "TORTURE_PROGRAM";
+/// Fails (exit code `on` or 1) until its run of the opcode reaches a
+/// count, then succeeds.
+pub const FLAKY: &str = "flaky";
+/// `/bin/false`: every attempt fails.
+pub const FAILING: &str = "false";
+/// Kills its runner with SIGKILL on its first runs (`retry.on_death`).
+pub const RUNNER_KILLER: &str = "runner-killer";
+/// Runs past its `timeout` and ends on SIGTERM.
+pub const SLOW: &str = "slow";
+/// Runs past its `timeout` ignoring SIGTERM: SIGKILL after the grace.
+pub const STUBBORN: &str = "stubborn";
+/// Where the programs count their runs, one file per job and opcode.
+const RUNS_DIR: &str = "torture-runs";
+
+fn program(kind: &str, argv: Value) -> Value {
+    json!({"OP_ID": "OP_EXEC", "argv": argv, "env": {PROGRAM_VAR: kind}})
+}
+
+/// An `OP_EXEC` run again on failure: a program failing its first runs
+/// (retried on any failure or on its exit code, or not retried: `on`
+/// names another), `/bin/false`, one that kills its runner (`on_death`),
+/// or one that always times out; some hold a node.
+fn retried_opcode(rng: &mut Rng) -> Value {
+    let node = *rng.pick(&NODES);
+    // The shell's count of its runs of this opcode, in `n`.
+    let runs = format!(
+        "f=\"$WARDEN_ROOT/{RUNS_DIR}/$WARDEN_JOB_ID.{}\"; mkdir -p \"${{f%/*}}\"; \
+         echo run >> \"$f\"; n=$(wc -l < \"$f\")",
+        rng.below(1 << 32)
+    );
+    let pause = format!("0.0{}", rng.between(1, 5));
+    let backoff = *rng.pick(&[0.0, 0.02, 0.1]);
+    let (mut op, retry) = match rng.below(6) {
+        0..=2 => {
+            let succeeds_at = rng.between(1, 3);
+            let code = *rng.pick(&[1, 3]);
+            let on = match rng.below(3) {
+                0 => Value::Null,
+                1 => json!([code]),
+                _ => json!([code + 1]),
+            };
+            let script =
+                format!("{runs}; sleep {pause}; [ \"$n\" -ge {succeeds_at} ] || exit {code}");
+            (
+                program(FLAKY, json!(["/bin/sh", "-c", script])),
+                json!({"max": rng.between(1, 3), "backoff": backoff, "on": on,
+                       "on_death": rng.percent(50)}),
+            )
+        }
+        3 => (
+            program(FAILING, json!(["/bin/false"])),
+            json!({"max": rng.between(2, 3), "backoff": backoff}),
+        ),
+        4 => {
+            let deaths = rng.between(1, 2);
+            // The program goes with its runner's group (luxid kills it).
+            let script = format!(
+                "{runs}; if [ \"$n\" -le {deaths} ]; then kill -9 $PPID; exec sleep 5; fi; \
+                 sleep {pause}"
+            );
+            (
+                program(RUNNER_KILLER, json!(["/bin/sh", "-c", script])),
+                json!({"max": deaths + rng.below(2), "backoff": backoff, "on_death": true}),
+            )
+        }
+        _ => {
+            let mut op = program(SLOW, json!(["/bin/sleep", "3"]));
+            op["timeout"] = json!(0.1);
+            op["kill_grace"] = json!(0.5);
+            (op, json!({"max": 1, "backoff": backoff}))
+        }
+    };
+    op["retry"] = retry;
+    if rng.percent(30) {
+        op["locks"] = json!([[format!("node/{node}"), "exclusive"]]);
+    }
+    op
+}
+
+/// An `OP_EXEC` with a `timeout`: a program that runs past it (ending on
+/// SIGTERM, or ignoring it until SIGKILL after `kill_grace`), or one
+/// well within it.
+fn timed_opcode(rng: &mut Rng) -> Value {
+    let timeout = 0.1 * rng.between(1, 3) as f64;
+    match rng.below(3) {
+        0 => {
+            let mut op = program(SLOW, json!(["/bin/sleep", "3"]));
+            op["timeout"] = json!(timeout);
+            op["kill_grace"] = json!(0.1 * rng.below(3) as f64);
+            op
+        }
+        1 => {
+            let script = "trap '' TERM; exec sleep 3";
+            let mut op = program(STUBBORN, json!(["/bin/sh", "-c", script]));
+            op["timeout"] = json!(timeout);
+            op["kill_grace"] = json!(0.1 * rng.between(1, 2) as f64);
+            op
+        }
+        // Far within it, however loaded the machine.
+        _ => json!({"OP_ID": "OP_EXEC", "argv": ["/bin/sleep", "0.01"], "timeout": 30}),
     }
 }

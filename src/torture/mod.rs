@@ -112,6 +112,21 @@ pub struct Figures {
     pub events_checked: AtomicU64,
     pub stories_checked: AtomicU64,
     pub hooks_checked: AtomicU64,
+    /// Opcodes with a `retry` checked at the end, and of them with
+    /// `on_death`.
+    pub retry_ops_checked: AtomicU64,
+    pub on_death_ops_checked: AtomicU64,
+    pub attempts_checked: AtomicU64,
+    /// Attempts luxid counted for a runner's death (`on_death`).
+    pub death_attempts: AtomicU64,
+    /// Opcodes that ended `success` after a failed attempt.
+    pub retried_to_success: AtomicU64,
+    /// Canceled jobs whose attempts were checked against the cancel.
+    pub canceled_attempts_checked: AtomicU64,
+    pub exec_timeouts_checked: AtomicU64,
+    pub lock_timeouts_checked: AtomicU64,
+    pub start_by_checked: AtomicU64,
+    pub start_by_canceled: AtomicU64,
 }
 
 impl Figures {
@@ -210,6 +225,25 @@ impl Figures {
                 get(&self.reporter_starts),
                 get(&self.reporter_kills)
             ),
+            format!(
+                "retries   : {} opcodes with a retry checked ({} with on_death), {} attempts \
+                 ({} of them runner deaths luxid counted), {} succeeded after a failed attempt, \
+                 {} canceled jobs' attempts checked against their cancel",
+                get(&self.retry_ops_checked),
+                get(&self.on_death_ops_checked),
+                get(&self.attempts_checked),
+                get(&self.death_attempts),
+                get(&self.retried_to_success),
+                get(&self.canceled_attempts_checked)
+            ),
+            format!(
+                "timeouts  : {} execs timed out, {} lock waits timed out; {} jobs with a \
+                 start_by checked, {} of them canceled not started",
+                get(&self.exec_timeouts_checked),
+                get(&self.lock_timeouts_checked),
+                get(&self.start_by_checked),
+                get(&self.start_by_canceled)
+            ),
         ]
     }
 }
@@ -230,6 +264,9 @@ pub struct SubmittedJob {
     pub workers: Option<&'static str>,
     /// Its `unique_key`.
     pub unique_key: Option<String>,
+    /// When luxid first answered a `CancelJob` of it as taken (the
+    /// runner told, or the job dequeued), µs.
+    pub cancel_taken_us: Option<u64>,
 }
 
 /// What the threads of a run share.
@@ -255,6 +292,9 @@ pub struct Shared {
     pub models: Vec<Arc<Mutex<ClientModel>>>,
     /// Jobs whose runner the chaos thread killed.
     pub runners_killed: Mutex<std::collections::BTreeSet<u64>>,
+    /// When the chaos thread killed luxid, µs (taken before the signal):
+    /// a cancel luxid took is forgotten by the next one (D62).
+    pub luxid_kills: Mutex<Vec<u64>>,
     /// The config client's writes.
     pub config: Mutex<config_client::ConfigHistory>,
     /// What wconfd acknowledged to the worker client.
@@ -430,6 +470,7 @@ pub fn run(options: &Options) -> Result<Outcome, String> {
             .map(|_| Arc::new(Mutex::new(ClientModel::default())))
             .collect(),
         runners_killed: Mutex::new(std::collections::BTreeSet::new()),
+        luxid_kills: Mutex::new(Vec::new()),
         config: Mutex::new(config_client::ConfigHistory::default()),
         farm: Mutex::new(worker_clients::FarmModel::default()),
         farm_ready: AtomicBool::new(false),
