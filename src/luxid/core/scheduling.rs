@@ -64,9 +64,12 @@ impl Scheduling {
             self.unique.insert(key.to_owned(), job.id);
         }
         // A job queued again after its runner died (`on_death`) has
-        // started: its `start_by` was met.
+        // started: its `start_by` was met. Its first runner may have died
+        // before writing a start time; the attempt luxid counted says it
+        // ran.
         if queued
             && job.start_timestamp.is_none()
+            && job.ops.iter().all(|op| op.attempts_logged() == 0)
             && let Some(secs) = start_by(job)
         {
             let deadline = clock.instant_of(secs);

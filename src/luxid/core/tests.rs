@@ -1356,3 +1356,40 @@ fn a_job_submitted_past_its_start_by_is_canceled_not_started_though_a_slot_is_fr
     assert_eq!(driver.status(1), Some(Status::Canceled));
     assert!(!driver.core.is_started(1));
 }
+
+#[test]
+fn a_job_queued_again_after_a_death_before_its_start_time_keeps_its_start_by_met() {
+    // Its first runner died before writing a start time; luxid counted
+    // the death as an attempt and queued it again, then restarted.
+    let wall_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64();
+    let mut requeued = job(1, 0, &[]);
+    requeued.ops[0].input = json!({
+        "OP_ID": "OP_EXEC",
+        "argv": ["/bin/true"],
+        "retry": {"max": 2, "on_death": true},
+        "start_by": wall_now - 5.0,
+    });
+    requeued.ops[0].log.push(LogEntry(
+        1,
+        crate::jobs::Timestamp(1001, 0),
+        LOG_ATTEMPT.to_owned(),
+        json!("Attempt 1 of 3: its runner died"),
+    ));
+    let restored = Restored {
+        events: JobEvents::default(),
+        archived: Vec::new(),
+        serial: 1,
+        drained: false,
+        jobs: vec![requeued],
+        finished: vec![],
+        held: BTreeSet::new(),
+        watched: BTreeSet::new(),
+        filter_rules: Vec::new(),
+    };
+    let (mut driver, _) = Driver::restored(1, restored);
+    assert_eq!(driver.feed(Input::Tick), [], "not canceled");
+    assert_eq!(driver.feed(Input::EndTurn), [Effect::Spawn { id: 1 }]);
+}
