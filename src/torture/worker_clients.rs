@@ -172,6 +172,9 @@ pub struct BoardModel {
     pub groups: Vec<String>,
     /// An answer was lost since the last call that decides the state.
     pub unsure: bool,
+    /// ... since the last call that decides the groups (a groups change
+    /// does not decide the state, nor a state change the groups).
+    pub groups_unsure: bool,
 }
 
 /// The farm as wconfd acknowledged it to the client.
@@ -191,10 +194,26 @@ impl FarmModel {
             .filter_map(|worker| Some((worker["uuid"].as_str()?, worker)))
             .collect();
         for (uuid, model) in &self.boards {
+            let worker = listed.get(uuid);
+            if !model.groups_unsure
+                && let Some(worker) = worker
+            {
+                let groups: Vec<String> = worker["groups"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|group| group.as_str().map(str::to_owned))
+                    .collect();
+                if groups != model.groups {
+                    return Err(format!(
+                        "worker {uuid} has groups {groups:?} but {:?} was acknowledged",
+                        model.groups
+                    ));
+                }
+            }
             if model.unsure {
                 continue;
             }
-            let worker = listed.get(uuid);
             let state = worker.and_then(|worker| worker["state"].as_str());
             let fits = match model.expected {
                 Expected::Absent => worker.is_none(),
@@ -214,20 +233,6 @@ impl FarmModel {
                     worker.map_or("not registered".to_owned(), |worker| worker.to_string()),
                     model.expected
                 ));
-            }
-            if let Some(worker) = worker {
-                let groups: Vec<String> = worker["groups"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|group| group.as_str().map(str::to_owned))
-                    .collect();
-                if groups != model.groups {
-                    return Err(format!(
-                        "worker {uuid} has groups {groups:?} but {:?} was acknowledged",
-                        model.groups
-                    ));
-                }
             }
         }
         Ok(())
@@ -471,13 +476,20 @@ impl WorkerClient<'_> {
     ) -> bool {
         let shared = self.shared;
         let _gate = shared.gate.read().unwrap_or_else(PoisonError::into_inner);
+        // A registration decides both.
+        let (state, groups) = match &request {
+            WconfdRequest::SetWorkerGroups { .. } => (false, true),
+            WconfdRequest::RegisterWorker { .. } => (true, true),
+            _ => (true, false),
+        };
         let called = self.call(&request);
         let mut farm = self.farm();
         let model = farm.boards.get_mut(uuid).expect("a board of the farm");
         match called {
             Called::Answer(_) => {
                 then(model);
-                model.unsure = false;
+                model.unsure &= !state;
+                model.groups_unsure &= !groups;
                 shared
                     .figures
                     .worker_changes
@@ -496,7 +508,8 @@ impl WorkerClient<'_> {
                 false
             }
             Called::Lost => {
-                model.unsure = true;
+                model.unsure |= state;
+                model.groups_unsure |= groups;
                 shared
                     .figures
                     .worker_answers_lost
@@ -525,6 +538,7 @@ impl WorkerClient<'_> {
                         expected: Expected::Absent,
                         groups: vec![GROUP.to_owned()],
                         unsure: false,
+                        groups_unsure: false,
                     },
                 );
             }
@@ -897,6 +911,7 @@ mod tests {
             expected,
             groups: vec![GROUP.to_owned()],
             unsure: false,
+            groups_unsure: false,
         };
         let listing = |state: &str, reason: Value| {
             json!({"workers": [{"uuid": "w0", "state": state, "groups": [GROUP],
