@@ -1619,8 +1619,20 @@ fn check_start_by(shared: &Shared, rows: &BTreeMap<u64, Value>) {
             .iter()
             .any(|result| result.as_str().is_some_and(is_not_started_by));
         if !canceled {
+            // A start after a death luxid counted is a later run's (its
+            // first runner died before writing one): the first start is
+            // not known.
+            let first_run = |start_us: u64| {
+                (0..results.len()).all(|index| {
+                    attempts_of(&row[10][index])
+                        .unwrap_or_default()
+                        .iter()
+                        .all(|a| !is_death(&a.reason) || a.at_us > start_us)
+                })
+            };
             if let Some(start_us) = timestamp_us(&row[5])
                 && start_us > start_by_us + START_BY_MARGIN_US
+                && first_run(start_us)
             {
                 return shared.violation(format!(
                     "job {id} started at {start_us} µs, after its start_by {start_by} \
