@@ -127,6 +127,11 @@ pub const SUBMIT_MANY_JOBS_MAX: usize = 1_000;
 /// `[wconfd] slow_wait_s`: a lock wait this long writes its blocking
 /// chain into the job's log once (the flight recorder, SCHEDULING.md).
 pub const SLOW_WAIT_SECS_DEFAULT: u64 = 60;
+
+/// Locks of dead owners whose next grantee has not been told yet, kept at
+/// most (the oldest are forgotten first): a dead job's own locks, never
+/// taken again, must not pile up.
+pub const DEATH_MARKS_MAX: usize = 10_000;
 pub const SLOW_WAIT_SECS_RANGE: RangeInclusive<u64> = 0..=86_400;
 
 /// The most job filter rules luxid keeps: every rule is tried on every

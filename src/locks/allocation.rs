@@ -35,7 +35,15 @@ pub enum LockError {
         requested: LockName,
         group: LockName,
     },
+    /// *(extension)* Waiting would close a cycle of waits: each owner on
+    /// it with what it holds that the one before it (the requester first)
+    /// asks for; the last is the requester.
+    Deadlock(Cycle),
 }
+
+/// A cycle of waits: each owner on it with what it holds that the one
+/// before it (the requester first) asks for; the last is the requester.
+pub type Cycle = Vec<(OwnerRef, Vec<(LockName, Mode)>)>;
 
 impl fmt::Display for LockError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -53,6 +61,27 @@ impl fmt::Display for LockError {
                 "Order violation: requesting exclusively {requested} while holding a shared \
                  lock on the group lock {group} it belongs to."
             ),
+            LockError::Deadlock(cycle) => {
+                f.write_str(
+                    "Deadlock: waiting would close a cycle of waits: the request waits for",
+                )?;
+                for (index, (owner, holds)) in cycle.iter().enumerate() {
+                    let held: Vec<String> = holds
+                        .iter()
+                        .map(|(lock, mode)| format!("{lock} {mode}"))
+                        .collect();
+                    let who = if index + 1 == cycle.len() {
+                        "the requester".to_owned()
+                    } else {
+                        owner.to_string()
+                    };
+                    if index > 0 {
+                        f.write_str(", which waits for")?;
+                    }
+                    write!(f, " {who} (holding {})", held.join(", "))?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -231,6 +260,11 @@ impl Allocation {
     /// The direct holdings of `owner`, in lock order.
     pub fn holdings(&self, owner: &Owner) -> Option<&BTreeMap<LockName, Mode>> {
         self.held.get(owner)
+    }
+
+    /// Every owner's direct holdings.
+    pub fn all_holdings(&self) -> impl Iterator<Item = (&OwnerRef, &BTreeMap<LockName, Mode>)> {
+        self.held.iter()
     }
 
     /// The shared handle of an owner that holds locks.

@@ -5,7 +5,11 @@ use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 
-use super::allocation::{Allocation, LockError, OwnerRef, check_against, is_satisfied_by};
+use super::allocation::{
+    Allocation, Cycle, LockError, OwnerRef, check_against, conflicting_holdings, is_satisfied_by,
+};
+use super::fairness::{Deadlocks, Fairness, LockPolicy, WaitIndex, WaiterKey};
+use super::grants::{Death, Grant, Grants, SavedGrants, Token};
 use super::name::{Level, LockName};
 use super::owner::{Action, Entry, Mode, Owner, Priority};
 
@@ -59,6 +63,15 @@ impl std::fmt::Display for RestoreError {
 
 impl std::error::Error for RestoreError {}
 
+/// Members of a group lock named per owner in a deadlock's cycle.
+const CYCLE_MEMBERS_MAX: usize = 10;
+
+/// The key of a `tryUpdateLocks`: it cannot wait, so in fifo mode it comes
+/// after every waiter.
+fn try_key(owner: &Owner) -> WaiterKey {
+    (Priority::MAX, u64::MAX, Arc::new(owner.clone()))
+}
+
 /// Waiting requests are kept in groups: requests with the same entries,
 /// filed under the same owner. Requests with the same entries are blocked
 /// by the same owners (less the requester itself), so a revisit decides a
@@ -66,12 +79,42 @@ impl std::error::Error for RestoreError {}
 /// n waiters one after another costs O(n log n), not Ganeti's O(n^2).
 type GroupId = u64;
 
-/// Members of a group, in the order Ganeti retries them.
-type WaiterKey = (Priority, OwnerRef);
+/// The saved form of what a [`SavedState`] leaves out, the extensions'
+/// state: the policy, the grants' tokens and death marks, and the
+/// waiters' arrival order (fifo mode).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SavedExtensions {
+    pub policy: LockPolicy,
+    pub grants: SavedGrants,
+    /// Each waiter's arrival number (0 for all in Ganeti mode).
+    pub arrivals: Vec<(Owner, u64)>,
+    pub next_arrival: u64,
+}
+
+/// What `whatIfLocks` finds: the answer a request would get now, changing
+/// nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WhatIf {
+    /// The error it would get (it would not wait).
+    pub error: Option<LockError>,
+    /// The owners blocking it (empty: it would be granted at once).
+    pub blockers: Vec<OwnerRef>,
+    /// The owner it would be filed under: retried when that one changes.
+    pub filed_under: Option<OwnerRef>,
+    /// The waiting requests it conflicts with that come before it in the
+    /// grant order, in that order: granted first when its blockers go.
+    pub ahead: Vec<PendingRequest>,
+}
+
+/// A group's entries, and whether its members hold locks in fifo mode
+/// (such an owner never queues behind waiters, so it is not grouped with
+/// owners that do; always false in Ganeti mode).
+type GroupKey = (Arc<[Entry]>, bool);
 
 #[derive(Debug)]
 struct Group {
     request: Arc<[Entry]>,
+    exempt: bool,
     /// The owner the group is filed under; `None` while a revisit has it.
     filed_under: Option<OwnerRef>,
     members: BTreeSet<WaiterKey>,
@@ -81,8 +124,16 @@ struct Group {
 #[derive(Debug)]
 struct Pending {
     priority: Priority,
+    /// Arrival number in fifo mode, 0 in Ganeti mode.
+    order: u64,
     request: Arc<[Entry]>,
     group: GroupId,
+}
+
+impl Pending {
+    fn key(&self, owner: &OwnerRef) -> WaiterKey {
+        (self.priority, self.order, Arc::clone(owner))
+    }
 }
 
 #[derive(Debug, Default)]
@@ -91,11 +142,17 @@ pub struct LockManager {
     pending: HashMap<OwnerRef, Pending>,
     groups: HashMap<GroupId, Group>,
     /// Per blocker, its groups by their entries (at most one per entries).
-    filed: HashMap<OwnerRef, HashMap<Arc<[Entry]>, GroupId>>,
+    filed: HashMap<OwnerRef, HashMap<GroupKey, GroupId>>,
     next_group: GroupId,
     /// Bumped by every change of the state, so that a caller can tell
     /// whether an operation changed anything (and must be made durable).
     changes: u64,
+    /// Fencing tokens and death marks of the holdings.
+    grants: Grants,
+    policy: LockPolicy,
+    /// Fifo mode only: who waits for what, to find the waiters ahead.
+    waits: WaitIndex,
+    next_arrival: u64,
 }
 
 /// One level of a revisit cascade (Ganeti's `revisitRequests`): the groups
@@ -114,8 +171,13 @@ struct Evaluated {
 }
 
 impl LockManager {
+    /// A lock manager with Ganeti's behaviour exactly.
     pub fn new() -> LockManager {
         LockManager::default()
+    }
+
+    pub fn policy(&self) -> LockPolicy {
+        self.policy
     }
 
     /// `tryUpdateLocks`: apply the whole request now, or answer its blockers
@@ -128,7 +190,7 @@ impl LockManager {
             return Err(LockError::PendingRequest);
         }
         self.allocation.check(owner, request)?;
-        let blockers = self.allocation.blockers(owner, request);
+        let blockers = self.blockers_at(owner, &try_key(owner), request);
         if !blockers.is_empty() {
             return Ok(Update {
                 blockers,
@@ -136,13 +198,58 @@ impl LockManager {
             });
         }
         let owner = self.intern(owner);
-        self.allocation.apply(&owner, request);
+        self.apply_granting(&owner, request);
         self.changes += 1;
         let notify = self.revisit(owner);
         Ok(Update {
             blockers: Vec::new(),
             notify,
         })
+    }
+
+    /// The key a new waiting request of `owner` gets.
+    fn new_key(&self, owner: &Owner, priority: Priority) -> WaiterKey {
+        let order = match self.policy.fairness {
+            Fairness::Ganeti => 0,
+            Fairness::Fifo => self.next_arrival,
+        };
+        (priority, order, Arc::new(owner.clone()))
+    }
+
+    /// The owners blocking `request` of `owner`, were it the waiter `key`:
+    /// the holders in its way and, in fifo mode for an owner holding
+    /// nothing, the conflicting waiters ahead of it.
+    fn blockers_at(&self, owner: &Owner, key: &WaiterKey, request: &[Entry]) -> Vec<OwnerRef> {
+        let mut blockers = self.allocation.blockers(owner, request);
+        if self.policy.fairness == Fairness::Fifo && self.allocation.holdings(owner).is_none() {
+            let ahead = self.waits.ahead(key, request);
+            if !ahead.is_empty() {
+                blockers.extend(ahead);
+                blockers.sort_unstable();
+                blockers.dedup();
+            }
+        }
+        blockers
+    }
+
+    /// Applies a checked, unblocked request, giving the locks it raises one
+    /// fencing token and forgetting the grants of those it releases.
+    fn apply_granting(&mut self, owner: &OwnerRef, request: &[Entry]) {
+        let mut raised = Vec::new();
+        let mut released = Vec::new();
+        for entry in request {
+            let before = self.allocation.mode_held(owner, &entry.lock);
+            match entry.action {
+                Action::Acquire(mode) if before < Some(mode) => raised.push(entry.lock.clone()),
+                Action::Release if before.is_some() => released.push(entry.lock.clone()),
+                Action::Acquire(_) | Action::Release => {}
+            }
+        }
+        self.allocation.apply(owner, request);
+        raised.sort_unstable();
+        raised.dedup();
+        self.grants.released(owner, &released);
+        self.grants.granted(owner, &raised);
     }
 
     /// `updateLocksWaiting`: like `try_update`, but a blocked request stays
@@ -154,12 +261,12 @@ impl LockManager {
         priority: Priority,
         request: &[Entry],
     ) -> Result<Update, LockError> {
-        if let Some(pending) = self.pending.get(owner) {
+        if let Some((known, pending)) = self.pending.get_key_value(owner) {
             if *pending.request != *request {
                 return Err(LockError::PendingRequest);
             }
             return Ok(Update {
-                blockers: self.allocation.blockers(owner, request),
+                blockers: self.blockers_at(owner, &pending.key(known), request),
                 notify: Vec::new(),
             });
         }
@@ -167,19 +274,77 @@ impl LockManager {
             return Ok(Update::default());
         }
         self.allocation.check(owner, request)?;
-        let blockers = self.allocation.blockers(owner, request);
-        let owner = self.intern(owner);
+        let key = self.new_key(owner, priority);
+        let blockers = self.blockers_at(owner, &key, request);
         if blockers.is_empty() {
-            self.allocation.apply(&owner, request);
+            let owner = self.intern(owner);
+            self.apply_granting(&owner, request);
             self.changes += 1;
             let notify = self.revisit(owner);
             return Ok(Update { blockers, notify });
         }
-        self.file(owner, priority, Arc::from(request), &blockers[0]);
+        if self.policy.deadlocks == Deadlocks::Refuse
+            && let Some(cycle) = self.cycle_closed_by(owner, request, &blockers)
+        {
+            return Err(LockError::Deadlock(cycle));
+        }
+        let owner = self.intern(owner);
+        self.file(owner, key.0, key.1, Arc::from(request), &blockers[0]);
         Ok(Update {
             blockers,
             notify: Vec::new(),
         })
+    }
+
+    /// The cycle of waits that `owner` waiting for `request` (blocked by
+    /// `blockers`) would close, if any: each owner on it with the locks it
+    /// holds that the one before it waits for, starting with a blocker of
+    /// `owner` and ending with the owner that waits for `owner`. Only holds
+    /// make cycles: waiters queued behind waiters (fifo) hold nothing, so
+    /// nobody waits for them; an owner holding nothing closes no cycle.
+    fn cycle_closed_by(
+        &self,
+        owner: &Owner,
+        request: &[Entry],
+        blockers: &[OwnerRef],
+    ) -> Option<Cycle> {
+        self.allocation.holdings(owner)?;
+        // Depth first over "waits for a holder", each owner once.
+        let mut seen: HashSet<OwnerRef> = HashSet::new();
+        let mut path: Vec<(OwnerRef, std::vec::IntoIter<OwnerRef>)> = Vec::new();
+        #[allow(clippy::unnecessary_to_owned)] // the path keeps owned iterators
+        let mut next: std::vec::IntoIter<OwnerRef> = blockers.to_vec().into_iter();
+        loop {
+            let Some(blocker) = next.next() else {
+                let (_, rest) = path.pop()?;
+                next = rest;
+                continue;
+            };
+            if !seen.insert(Arc::clone(&blocker)) {
+                continue;
+            }
+            let Some(pending) = self.pending.get(&blocker) else {
+                continue;
+            };
+            let onward = self.allocation.blockers(&blocker, &pending.request);
+            if onward.iter().any(|other| **other == *owner) {
+                path.push((blocker, Vec::new().into_iter()));
+                break;
+            }
+            path.push((blocker, std::mem::replace(&mut next, onward.into_iter())));
+        }
+        // Each owner on the cycle, with what it holds that the one before
+        // it (the requester first) asks for.
+        let mut cycle = Vec::with_capacity(path.len() + 1);
+        let mut asked: Vec<Entry> = request.to_vec();
+        for (member, _) in path {
+            let holds = self.held_of(&member, &asked, CYCLE_MEMBERS_MAX);
+            asked = self.pending[&member].request.to_vec();
+            cycle.push((member, holds));
+        }
+        let holds = self.held_of(owner, &asked, CYCLE_MEMBERS_MAX);
+        cycle.push((Arc::new(owner.clone()), holds));
+        Some(cycle)
     }
 
     /// A counter that moves whenever the state changes: equal before and
@@ -219,10 +384,20 @@ impl LockManager {
         self.allocation.mode_held(owner, lock)
     }
 
-    /// `freeLocks`, and the release of a dead owner: drops the pending
-    /// request and every lock. Answers the owners to notify.
+    /// `freeLocks`: drops the pending request and every lock. Answers the
+    /// owners to notify.
     pub fn free_locks(&mut self, owner: &Owner) -> Vec<OwnerRef> {
         self.rewrite_holdings(owner, |_, _| Some(Action::Release))
+    }
+
+    /// The release of a dead owner: as `free_locks`, and the next grantee
+    /// of each lock it held is told that its holder died.
+    pub fn free_dead(&mut self, owner: &Owner) -> Vec<OwnerRef> {
+        if self.grants.of(owner).is_some() {
+            self.grants.died(owner, crate::limits::DEATH_MARKS_MAX);
+            self.changes += 1;
+        }
+        self.free_locks(owner)
     }
 
     /// `freeLocksLevel`: drops the pending request and the locks of `level`.
@@ -255,7 +430,7 @@ impl LockManager {
         owner: &Owner,
         rewrite: impl Fn(&LockName, Mode) -> Option<Action>,
     ) -> Vec<OwnerRef> {
-        self.remove_pending(owner);
+        let had_pending = self.remove_pending(owner);
         let request: Vec<Entry> = self
             .allocation
             .holdings(owner)
@@ -263,10 +438,19 @@ impl LockManager {
             .flatten()
             .filter_map(|(lock, mode)| Some(Entry::new(lock.clone(), rewrite(lock, *mode)?)))
             .collect();
+        let unchanged = self.allocation.is_satisfied(owner, &request);
         let update = self
             .try_update(owner, &request)
             .expect("releasing or downgrading held locks without a pending request never fails");
         debug_assert!(update.blockers.is_empty());
+        // In fifo mode waiters may be filed under a waiter: one that goes
+        // away without changing its locks lets them be retried too.
+        if let Some(owner) = had_pending
+            && unchanged
+            && self.policy.fairness == Fairness::Fifo
+        {
+            return self.revisit(owner);
+        }
         update.notify
     }
 
@@ -317,7 +501,7 @@ impl LockManager {
             let entry = [Entry::new(lock.clone(), Action::Acquire(mode))];
             let acquired = is_satisfied_by(Some(&held), &entry)
                 || (check_against(Some(&held), &entry).is_ok()
-                    && self.allocation.blockers(owner, &entry).is_empty());
+                    && self.blockers_at(owner, &try_key(owner), &entry).is_empty());
             if acquired {
                 held.insert(lock.clone(), mode);
                 plan.push((lock, mode));
@@ -328,6 +512,8 @@ impl LockManager {
 
     fn apply_union(&mut self, owner: &Owner, plan: Vec<(LockName, Mode)>) -> Vec<LockName> {
         let mut acquired = Vec::with_capacity(plan.len());
+        // One grant, one token, for the whole union.
+        self.grants.begin_grant();
         for (lock, mode) in plan {
             let update = self
                 .try_update(owner, &[Entry::new(lock.clone(), Action::Acquire(mode))])
@@ -335,7 +521,144 @@ impl LockManager {
             debug_assert!(update.blockers.is_empty() && update.notify.is_empty());
             acquired.push(lock);
         }
+        self.grants.end_grant();
         acquired
+    }
+
+    /// The grant `owner` holds `lock` with, if it holds it directly.
+    pub fn grant(&self, owner: &Owner, lock: &LockName) -> Option<&Grant> {
+        self.grants.grant(owner, lock)
+    }
+
+    /// The last fencing token issued (0: none yet).
+    pub fn last_token(&self) -> Token {
+        self.grants.last_token()
+    }
+
+    /// The fence of the locks `request` acquires, as `owner` holds them
+    /// now: the highest of their tokens (each lock, or its group when
+    /// only that is held) and the deaths their grants were told of.
+    /// `None` unless it holds them all.
+    pub fn fence_of(&self, owner: &Owner, request: &[Entry]) -> Option<(Token, Vec<Death>)> {
+        let mut token = 0;
+        let mut died: Vec<Death> = Vec::new();
+        for entry in request {
+            if entry.action == Action::Release {
+                continue;
+            }
+            let grant = self
+                .grants
+                .grant(owner, &entry.lock)
+                .or_else(|| self.grants.grant(owner, &entry.lock.group()?))?;
+            token = token.max(grant.token);
+            for death in &grant.died {
+                if !died.contains(death) {
+                    died.push(death.clone());
+                }
+            }
+        }
+        Some((token, died))
+    }
+
+    /// `checkFence`: whether `token` is the grant `owner` holds `lock` (or
+    /// its group) with now.
+    pub fn check_fence(&self, owner: &Owner, lock: &LockName, token: Token) -> bool {
+        let current = |lock: &LockName| {
+            self.grants
+                .grant(owner, lock)
+                .is_some_and(|grant| grant.token == token && token != 0)
+        };
+        current(lock) || lock.group().is_some_and(|group| current(&group))
+    }
+
+    /// Changes the policy: every waiting request is judged again under it,
+    /// in its grant order (fifo arrivals follow the old order), granted if
+    /// nothing is in its way now, else filed again. Answers the owners
+    /// granted, to notify.
+    pub fn set_policy(&mut self, policy: LockPolicy) -> Vec<OwnerRef> {
+        if policy == self.policy {
+            return Vec::new();
+        }
+        let mut waiting: Vec<(WaiterKey, Arc<[Entry]>)> = self
+            .pending
+            .iter()
+            .map(|(owner, pending)| (pending.key(owner), Arc::clone(&pending.request)))
+            .collect();
+        waiting.sort_unstable();
+        for ((_, _, owner), _) in &waiting {
+            self.remove_pending(owner);
+        }
+        debug_assert!(self.groups.is_empty() && !self.waits.has_waiters());
+        self.policy = policy;
+        self.changes += 1;
+        let mut granted = Vec::new();
+        for ((priority, _, owner), request) in waiting {
+            let key = self.new_key(&owner, priority);
+            let blockers = self.blockers_at(&owner, &key, &request);
+            if blockers.is_empty() {
+                self.apply_granting(&owner, &request);
+                granted.push(Arc::clone(&owner));
+                granted.extend(self.revisit(owner));
+            } else {
+                self.file(owner, key.0, key.1, request, &blockers[0]);
+            }
+        }
+        granted
+    }
+
+    /// `whatIfLocks`: what `request` of `owner` at `priority` would meet
+    /// now, changing nothing.
+    pub fn what_if(&self, owner: &Owner, priority: Priority, request: &[Entry]) -> WhatIf {
+        let mut answer = WhatIf {
+            error: None,
+            blockers: Vec::new(),
+            filed_under: None,
+            ahead: Vec::new(),
+        };
+        let key = match self.pending.get_key_value(owner) {
+            Some((known, pending)) if *pending.request == *request => pending.key(known),
+            Some(_) => {
+                answer.error = Some(LockError::PendingRequest);
+                return answer;
+            }
+            None => self.new_key(owner, priority),
+        };
+        if !self.pending.contains_key(owner) && self.allocation.is_satisfied(owner, request) {
+            return answer;
+        }
+        if let Err(error) = self.allocation.check(owner, request) {
+            answer.error = Some(error);
+            return answer;
+        }
+        answer.blockers = self.blockers_at(owner, &key, request);
+        if answer.blockers.is_empty() {
+            return answer;
+        }
+        if !self.pending.contains_key(owner)
+            && self.policy.deadlocks == Deadlocks::Refuse
+            && let Some(cycle) = self.cycle_closed_by(owner, request, &answer.blockers)
+        {
+            answer.error = Some(LockError::Deadlock(cycle));
+            return answer;
+        }
+        answer.filed_under = answer.blockers.first().cloned();
+        let wants: Vec<(LockName, Mode)> = request
+            .iter()
+            .filter_map(|entry| Some((entry.lock.clone(), entry.action.target()?)))
+            .collect();
+        let mut ahead: Vec<(WaiterKey, PendingRequest)> = self
+            .pending
+            .iter()
+            .filter(|(other, pending)| {
+                other.as_ref() != owner
+                    && pending.key(other) < key
+                    && !conflicting_holdings(&wants, &pending.request).is_empty()
+            })
+            .filter_map(|(other, pending)| Some((pending.key(other), self.pending_of(other)?)))
+            .collect();
+        ahead.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        answer.ahead = ahead.into_iter().map(|(_, pending)| pending).collect();
+        answer
     }
 
     /// `listLocks`: the owner's direct holdings in lock order.
@@ -501,7 +824,37 @@ impl LockManager {
     /// (conflicting holders, a pending request that is not blocked by the
     /// owner it is filed under, an owner listed twice).
     pub fn restore(saved: &SavedState) -> Result<LockManager, RestoreError> {
-        let mut manager = LockManager::new();
+        LockManager::restore_with(saved, &SavedExtensions::default())
+    }
+
+    /// What [`LockManager::saved`] leaves out: the extensions' state.
+    pub fn saved_extensions(&self) -> SavedExtensions {
+        let mut arrivals: Vec<(Owner, u64)> = self
+            .pending
+            .iter()
+            .filter(|(_, pending)| pending.order != 0)
+            .map(|(owner, pending)| (Owner::clone(owner), pending.order))
+            .collect();
+        arrivals.sort_unstable();
+        SavedExtensions {
+            policy: self.policy,
+            grants: self.grants.saved(),
+            arrivals,
+            next_arrival: self.next_arrival,
+        }
+    }
+
+    /// Rebuilds a state from both saved forms. A holding without a saved
+    /// grant gets token 0 (never issued: no fence check passes with it).
+    pub fn restore_with(
+        saved: &SavedState,
+        extensions: &SavedExtensions,
+    ) -> Result<LockManager, RestoreError> {
+        let mut manager = LockManager {
+            policy: extensions.policy,
+            next_arrival: extensions.next_arrival,
+            ..LockManager::default()
+        };
         for (owner, locks) in &saved.holdings {
             if manager.allocation.holdings(owner).is_some() {
                 return Err(RestoreError(format!("owner {owner} is listed twice")));
@@ -522,6 +875,27 @@ impl LockManager {
             }
             manager.allocation.apply(&Arc::new(owner.clone()), &request);
         }
+        let allocation = &manager.allocation;
+        let mut grants = Grants::restore(&extensions.grants, |owner, lock| {
+            allocation
+                .mode_held(owner, lock)
+                .and(allocation.owner_ref(owner).cloned())
+        })
+        .map_err(|reason| RestoreError(format!("impossible grant: {reason}")))?;
+        for (owner, held) in manager.allocation.all_holdings() {
+            for lock in held.keys() {
+                if grants.grant(owner, lock).is_none() {
+                    grants.restored_without_token(owner, lock);
+                }
+            }
+        }
+        manager.grants = grants;
+        let arrivals: HashMap<&Owner, u64> = extensions
+            .arrivals
+            .iter()
+            .map(|(owner, order)| (owner, *order))
+            .collect();
+        let fifo = manager.policy.fairness == Fairness::Fifo;
         for waiter in &saved.pending {
             let owner = &waiter.owner;
             if manager.pending.contains_key(owner) {
@@ -535,23 +909,52 @@ impl LockManager {
                 .map_err(|error| {
                     RestoreError(format!("pending request of {owner} is invalid: {error}"))
                 })?;
-            let blockers = manager.allocation.blockers(owner, &waiter.request);
-            let Some(filed_under) = blockers.iter().find(|b| ***b == waiter.filed_under) else {
+            let order = arrivals.get(owner).copied().unwrap_or(0);
+            if order != 0 && (!fifo || order >= manager.next_arrival) {
                 return Err(RestoreError(format!(
-                    "pending request of {owner} is not blocked by {}, the owner it is filed \
-                     under (blocked on {})",
-                    waiter.filed_under,
-                    owner_list(&blockers)
+                    "pending request of {owner} has the arrival {order}, which was not issued"
                 )));
+            }
+            // Waiters ahead are all filed only at the end: check the
+            // holders here, the rest below.
+            let blockers = manager.allocation.blockers(owner, &waiter.request);
+            let filed_under = match blockers.iter().find(|b| ***b == waiter.filed_under) {
+                Some(blocker) => Arc::clone(blocker),
+                None if fifo => Arc::new(waiter.filed_under.clone()),
+                None => {
+                    return Err(RestoreError(format!(
+                        "pending request of {owner} is not blocked by {}, the owner it is filed \
+                         under (blocked on {})",
+                        waiter.filed_under,
+                        owner_list(&blockers)
+                    )));
+                }
             };
-            let filed_under = Arc::clone(filed_under);
             let owner = manager.intern(owner);
             manager.file(
                 owner,
                 waiter.priority,
+                order,
                 Arc::from(waiter.request.as_slice()),
                 &filed_under,
             );
+        }
+        if fifo {
+            for waiter in &saved.pending {
+                let (owner, pending) = manager
+                    .pending
+                    .get_key_value(&waiter.owner)
+                    .expect("just filed");
+                let blockers = manager.blockers_at(owner, &pending.key(owner), &pending.request);
+                if !blockers.iter().any(|b| **b == waiter.filed_under) {
+                    return Err(RestoreError(format!(
+                        "pending request of {owner} is not blocked by {}, the owner it is filed \
+                         under (blocked on {})",
+                        waiter.filed_under,
+                        owner_list(&blockers)
+                    )));
+                }
+            }
         }
         Ok(manager)
     }
@@ -572,18 +975,21 @@ impl LockManager {
         &mut self,
         owner: OwnerRef,
         priority: Priority,
+        order: u64,
         request: Arc<[Entry]>,
         blocker: &OwnerRef,
     ) {
+        let exempt =
+            self.policy.fairness == Fairness::Fifo && self.allocation.holdings(&owner).is_some();
         let existing = self
             .filed
             .get(blocker)
-            .and_then(|groups| groups.get(&*request))
+            .and_then(|groups| groups.get(&(Arc::clone(&request), exempt)))
             .copied();
         let group_id = match existing {
             Some(group_id) => group_id,
             None => {
-                let group_id = self.new_group(Arc::clone(&request), BTreeSet::new());
+                let group_id = self.new_group(Arc::clone(&request), exempt, BTreeSet::new());
                 self.attach(group_id, blocker);
                 group_id
             }
@@ -593,40 +999,61 @@ impl LockManager {
             .get_mut(&group_id)
             .expect("a filed group exists");
         let request = Arc::clone(&group.request);
-        group.members.insert((priority, Arc::clone(&owner)));
+        let key = (priority, order, Arc::clone(&owner));
+        group.members.insert(key.clone());
+        if self.policy.fairness == Fairness::Fifo {
+            self.waits.insert(&key, &request);
+            self.next_arrival = self.next_arrival.max(order + 1);
+        }
         self.changes += 1;
         self.pending.insert(
             owner,
             Pending {
                 priority,
+                order,
                 request,
                 group: group_id,
             },
         );
     }
 
-    /// Drops the pending request of `owner`, if it has one.
-    fn remove_pending(&mut self, owner: &Owner) {
-        let Some((owner, pending)) = self.pending.remove_entry(owner) else {
-            return;
-        };
+    /// Takes `owner`'s pending request out of the pending map and the
+    /// waiter index (not out of its group).
+    fn take_pending(&mut self, owner: &Owner) -> Option<(OwnerRef, Pending)> {
+        let (owner, pending) = self.pending.remove_entry(owner)?;
+        if self.policy.fairness == Fairness::Fifo {
+            self.waits.remove(&pending.key(&owner), &pending.request);
+        }
+        Some((owner, pending))
+    }
+
+    /// Drops the pending request of `owner`, if it has one; answers the
+    /// owner's handle if it had.
+    fn remove_pending(&mut self, owner: &Owner) -> Option<OwnerRef> {
+        let (owner, pending) = self.take_pending(owner)?;
         self.changes += 1;
         let group = self
             .groups
             .get_mut(&pending.group)
             .expect("a pending request's group exists");
-        let removed = group.members.remove(&(pending.priority, owner));
+        let removed = group.members.remove(&pending.key(&owner));
         debug_assert!(removed, "a pending request is a member of its group");
         if group.members.is_empty() {
             self.drop_group(pending.group);
         }
+        Some(owner)
     }
 
     /// A new group of `members`, each of which is pointed at it.
-    fn new_group(&mut self, request: Arc<[Entry]>, members: BTreeSet<WaiterKey>) -> GroupId {
+    fn new_group(
+        &mut self,
+        request: Arc<[Entry]>,
+        exempt: bool,
+        members: BTreeSet<WaiterKey>,
+    ) -> GroupId {
         let group_id = self.next_group;
         self.next_group += 1;
-        for (_, owner) in &members {
+        for (_, _, owner) in &members {
             self.pending
                 .get_mut(owner)
                 .expect("a group member is pending")
@@ -636,6 +1063,7 @@ impl LockManager {
             group_id,
             Group {
                 request,
+                exempt,
                 filed_under: None,
                 members,
             },
@@ -646,11 +1074,12 @@ impl LockManager {
     /// Files a detached group under `blocker`, merging it into the group
     /// with the same entries already there (the smaller moves).
     fn attach(&mut self, group_id: GroupId, blocker: &OwnerRef) {
-        let request = Arc::clone(&self.groups[&group_id].request);
+        let group = &self.groups[&group_id];
+        let key: GroupKey = (Arc::clone(&group.request), group.exempt);
         let existing = self
             .filed
             .get(blocker)
-            .and_then(|groups| groups.get(&request))
+            .and_then(|groups| groups.get(&key))
             .copied();
         let Some(existing) = existing else {
             self.groups
@@ -660,7 +1089,7 @@ impl LockManager {
             self.filed
                 .entry(Arc::clone(blocker))
                 .or_default()
-                .insert(request, group_id);
+                .insert(key, group_id);
             return;
         };
         let (into, from) =
@@ -676,7 +1105,7 @@ impl LockManager {
                 .expect("merged group exists")
                 .members,
         );
-        for (_, owner) in &moved {
+        for (_, _, owner) in &moved {
             self.pending
                 .get_mut(owner)
                 .expect("a group member is pending")
@@ -689,7 +1118,7 @@ impl LockManager {
         self.filed
             .entry(Arc::clone(blocker))
             .or_default()
-            .insert(request, into);
+            .insert(key, into);
     }
 
     /// Forgets an empty group, wherever it is filed.
@@ -701,7 +1130,7 @@ impl LockManager {
                 .filed
                 .get_mut(&blocker)
                 .expect("a filed group is indexed");
-            groups.remove(&group.request);
+            groups.remove(&(group.request, group.exempt));
             if groups.is_empty() {
                 self.filed.remove(&blocker);
             }
@@ -791,13 +1220,25 @@ impl LockManager {
                 break;
             }
             let Reverse((head, group_id)) = queue.pop().expect("peeked");
-            let conflicts = self.allocation.conflicts(&self.groups[&group_id].request);
-            let grantable = match conflicts.as_slice() {
-                [] => Some(head),
+            let group = &self.groups[&group_id];
+            let mut conflicts = self.allocation.conflicts(&group.request);
+            let mut grantable = match conflicts.as_slice() {
+                [] => Some(head.clone()),
                 // Blocked only by one of its own members: that member may go.
                 [only] => self.member_key(group_id, only),
                 _ => None,
             };
+            // Fifo: members that hold nothing queue behind the conflicting
+            // waiters ahead of the first of them, which are ahead of them all.
+            if self.policy.fairness == Fairness::Fifo && !group.exempt {
+                let ahead = self.waits.ahead(&head, &group.request);
+                if !ahead.is_empty() {
+                    grantable = None;
+                    conflicts.extend(ahead);
+                    conflicts.sort_unstable();
+                    conflicts.dedup();
+                }
+            }
             if let Some(key) = grantable
                 && candidate.as_ref().is_none_or(|best| key < *best)
             {
@@ -824,11 +1265,10 @@ impl LockManager {
                 .expect("split part exists")
                 .members;
             if members.first() == candidate.as_ref() {
-                let (_, owner) = members.pop_first().expect("the candidate is first");
+                let (_, _, owner) = members.pop_first().expect("the candidate is first");
                 let request = Arc::clone(&self.groups[&from].request);
-                let pending = self
-                    .pending
-                    .remove(&owner)
+                let (_, pending) = self
+                    .take_pending(&owner)
                     .expect("a group member is pending");
                 debug_assert_eq!(pending.group, from);
                 granted = Some((owner, request));
@@ -843,14 +1283,14 @@ impl LockManager {
         let (owner, request) = granted?;
         debug_assert!(self.allocation.check(&owner, &request).is_ok());
         debug_assert!(self.allocation.blockers(&owner, &request).is_empty());
-        self.allocation.apply(&owner, &request);
+        self.apply_granting(&owner, &request);
         Some(owner)
     }
 
     /// The key of `owner`'s waiting request if it is a member of the group.
     fn member_key(&self, group_id: GroupId, owner: &OwnerRef) -> Option<WaiterKey> {
         let pending = self.pending.get(owner)?;
-        (pending.group == group_id).then(|| (pending.priority, Arc::clone(owner)))
+        (pending.group == group_id).then(|| pending.key(owner))
     }
 
     /// Splits a detached group at `key` into the members before it and the
@@ -871,11 +1311,15 @@ impl LockManager {
             return (None, Some(group_id));
         }
         let request = Arc::clone(&group.request);
+        let exempt = group.exempt;
         if from.len() <= group.members.len() {
-            (Some(group_id), Some(self.new_group(request, from)))
+            (Some(group_id), Some(self.new_group(request, exempt, from)))
         } else {
             let before = std::mem::replace(&mut group.members, from);
-            (Some(self.new_group(request, before)), Some(group_id))
+            (
+                Some(self.new_group(request, exempt, before)),
+                Some(group_id),
+            )
         }
     }
 
@@ -901,7 +1345,8 @@ impl LockManager {
             }
             group.members.remove(&key);
             let request = Arc::clone(&group.request);
-            let alone = self.new_group(request, BTreeSet::from([key]));
+            let exempt = group.exempt;
+            let alone = self.new_group(request, exempt, BTreeSet::from([key]));
             self.attach(alone, next);
         }
         self.attach(group_id, smallest);
@@ -911,6 +1356,12 @@ impl LockManager {
     /// pending request is blocked by the owner it is filed under.
     pub fn check_invariants(&self) {
         self.allocation.check_invariants();
+        self.grants.check_invariants(self.allocation.all_holdings());
+        let fifo = self.policy.fairness == Fairness::Fifo;
+        assert!(
+            fifo || !self.waits.has_waiters(),
+            "a waiter index in Ganeti mode"
+        );
         let mut members = 0;
         for (group_id, group) in &self.groups {
             assert!(!group.members.is_empty(), "group {group_id} is empty");
@@ -921,22 +1372,36 @@ impl LockManager {
             assert_eq!(
                 self.filed
                     .get(blocker)
-                    .and_then(|groups| groups.get(&group.request)),
+                    .and_then(|groups| groups.get(&(Arc::clone(&group.request), group.exempt))),
                 Some(group_id),
                 "group {group_id} is not indexed under {blocker}"
             );
-            for (priority, owner) in &group.members {
+            for key in &group.members {
+                let (priority, order, owner) = key;
                 let pending = self.pending.get(owner).expect("a group member is pending");
                 assert_eq!(pending.group, *group_id, "group of {owner}");
                 assert_eq!(pending.priority, *priority, "priority of {owner}");
+                assert_eq!(pending.order, *order, "arrival of {owner}");
                 assert_eq!(*pending.request, *group.request, "request of {owner}");
+                assert_eq!(
+                    group.exempt,
+                    fifo && self.allocation.holdings(owner).is_some(),
+                    "fifo grouping of {owner}"
+                );
+                assert!(fifo || *order == 0, "an arrival number in Ganeti mode");
+                if fifo {
+                    assert!(*order < self.next_arrival, "arrival of {owner} not issued");
+                    assert!(
+                        self.waits.contains(key, &group.request),
+                        "{owner} is not in the waiter index"
+                    );
+                }
                 assert!(
                     self.allocation.check(owner, &group.request).is_ok(),
                     "pending request of {owner} fails its checks"
                 );
                 assert!(
-                    self.allocation
-                        .blockers(owner, &group.request)
+                    self.blockers_at(owner, key, &group.request)
                         .contains(blocker),
                     "pending request of {owner} is not blocked by {blocker}, \
                      the owner it is filed under"

@@ -7,10 +7,15 @@
 //!   checks and blockers of one atomic update.
 //! - [`manager`]: [`LockManager`], the allocation plus waiting requests: the
 //!   whole of wconfd's lock state and every operation on it.
+//! - [`grants`]: fencing tokens and death marks of the holdings.
+//! - [`fairness`]: the lock policy (Ganeti or fifo fairness, deadlocks
+//!   waited or refused) and the index of waiters fifo mode needs.
 //! - [`op`]: the state-changing operations as values ([`LockOp`]), the one
 //!   path both the daemon and journal replay take.
 
 pub mod allocation;
+pub mod fairness;
+pub mod grants;
 pub mod manager;
 pub mod name;
 pub mod op;
@@ -20,7 +25,12 @@ mod worked_examples;
 
 pub use allocation::LockError;
 
-pub use manager::{LockManager, PendingRequest, RestoreError, SavedPending, SavedState, Update};
+pub use fairness::{Deadlocks, Fairness, LockPolicy};
+pub use grants::{Death, Grant, SavedGrants, Token};
+pub use manager::{
+    LockManager, PendingRequest, RestoreError, SavedExtensions, SavedPending, SavedState, Update,
+    WhatIf,
+};
 pub use name::{Level, LockName, NameError};
 pub use op::{LockOp, OpOutcome};
 pub use owner::{Action, Entry, Ident, Mode, Owner, Priority};

@@ -4,6 +4,7 @@
 //! is deterministic, so the replayed state is the state that was answered.
 
 use super::allocation::{LockError, OwnerRef};
+use super::fairness::LockPolicy;
 use super::manager::{LockManager, Update};
 use super::name::{Level, LockName};
 use super::owner::{Entry, Mode, Owner, Priority};
@@ -19,8 +20,13 @@ pub enum LockOp {
         priority: Priority,
         request: Vec<Entry>,
     },
-    /// `freeLocks`, also the release of a dead owner.
+    /// `freeLocks` of a live owner.
     FreeLocks {
+        owner: Owner,
+    },
+    /// The release of an owner found dead: its locks' next grantees are
+    /// told.
+    FreeDead {
         owner: Owner,
     },
     FreeLocksLevel {
@@ -43,6 +49,10 @@ pub enum LockOp {
         count: usize,
         owner: Owner,
         wanted: Vec<(LockName, Mode)>,
+    },
+    /// The settings' policy, when it differs from the saved one (at start).
+    SetPolicy {
+        policy: LockPolicy,
     },
 }
 
@@ -67,17 +77,20 @@ impl OpOutcome {
 }
 
 impl LockOp {
-    pub fn owner(&self) -> &Owner {
-        match self {
+    /// The owner the operation acts as (`None`: a change of the policy).
+    pub fn owner(&self) -> Option<&Owner> {
+        Some(match self {
             LockOp::TryUpdate { owner, .. }
             | LockOp::UpdateWaiting { owner, .. }
             | LockOp::FreeLocks { owner }
+            | LockOp::FreeDead { owner }
             | LockOp::FreeLocksLevel { owner, .. }
             | LockOp::DowngradeLocksLevel { owner, .. }
             | LockOp::IntersectLocks { owner, .. }
             | LockOp::OpportunisticUnion { owner, .. }
             | LockOp::GuardedOpportunisticUnion { owner, .. } => owner,
-        }
+            LockOp::SetPolicy { .. } => return None,
+        })
     }
 }
 
@@ -101,6 +114,8 @@ impl LockManager {
                 request,
             } => OpOutcome::Update(self.update_waiting(owner, *priority, request)),
             LockOp::FreeLocks { owner } => OpOutcome::Freed(self.free_locks(owner)),
+            LockOp::FreeDead { owner } => OpOutcome::Freed(self.free_dead(owner)),
+            LockOp::SetPolicy { policy } => OpOutcome::Freed(self.set_policy(*policy)),
             LockOp::FreeLocksLevel { owner, level } => {
                 OpOutcome::Freed(self.free_locks_level(owner, *level))
             }

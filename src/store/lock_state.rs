@@ -59,7 +59,8 @@ use serde_json::{Value, json};
 
 use super::{StoreError, atomic_write, crc32};
 use crate::locks::{
-    Entry, Ident, Level, LockManager, LockName, LockOp, Mode, Owner, SavedPending, SavedState,
+    Deadlocks, Death, Entry, Fairness, Grant, Ident, Level, LockManager, LockName, LockOp,
+    LockPolicy, Mode, Owner, SavedExtensions, SavedPending, SavedState,
 };
 use crate::protocol::wconfd::{
     decode_entry, decode_lock, decode_lock_mode, decode_owner, encode_entry, encode_lock_modes,
@@ -394,7 +395,12 @@ impl LockStore {
             "a snapshot is taken only between turns"
         );
         let last_seq = self.next_seq - 1;
-        let bytes = encode_snapshot(&manager.saved(), &workers.saved(), last_seq);
+        let bytes = encode_snapshot(
+            &manager.saved(),
+            &manager.saved_extensions(),
+            &workers.saved(),
+            last_seq,
+        );
         atomic_write(&self.snapshot_path, &bytes)?;
         self.end = JOURNAL_HEADER_BYTES as u64;
         self.tail.clear();
@@ -651,9 +657,9 @@ fn load_snapshot(
         }
         Err(error) => return Err(StoreError::io(path)(error)),
     };
-    let (saved, saved_workers, seq) =
+    let (saved, extensions, saved_workers, seq) =
         decode_snapshot(&bytes).map_err(|reason| StoreError::damaged(path, reason))?;
-    let manager = LockManager::restore(&saved)
+    let manager = LockManager::restore_with(&saved, &extensions)
         .map_err(|error| StoreError::damaged(path, format!("impossible lock state: {error}")))?;
     let workers = Registry::restore(saved_workers, quarantine_after).map_err(|error| {
         StoreError::damaged(path, format!("impossible worker registry: {error}"))
@@ -661,7 +667,12 @@ fn load_snapshot(
     Ok((manager, workers, seq))
 }
 
-fn encode_snapshot(saved: &SavedState, workers: &SavedRegistry, last_seq: u64) -> Vec<u8> {
+fn encode_snapshot(
+    saved: &SavedState,
+    extensions: &SavedExtensions,
+    workers: &SavedRegistry,
+    last_seq: u64,
+) -> Vec<u8> {
     let holdings: Vec<Value> = saved
         .holdings
         .iter()
@@ -706,11 +717,130 @@ fn encode_snapshot(saved: &SavedState, workers: &SavedRegistry, last_seq: u64) -
         "condemned_jobs": condemned,
         "draining_workers": draining,
         "prepare_seq_high": workers.prepare_seq_high,
+        "lock_policy": encode_policy(&extensions.policy),
+        "last_token": extensions.grants.last_token,
+        "grants": extensions.grants.grants.iter().map(|(owner, lock, grant)| json!([
+            encode_owner(owner),
+            lock.to_string(),
+            grant.token,
+            grant.died.iter().map(encode_death).collect::<Vec<_>>(),
+        ])).collect::<Vec<_>>(),
+        "death_marks": extensions.grants.marks.iter().map(encode_death).collect::<Vec<_>>(),
+        "arrivals": extensions.arrivals.iter()
+            .map(|(owner, order)| json!([encode_owner(owner), order]))
+            .collect::<Vec<_>>(),
+        "next_arrival": extensions.next_arrival,
     });
     serde_json::to_vec(&document).expect("JSON to a Vec cannot fail")
 }
 
-fn decode_snapshot(bytes: &[u8]) -> Result<(SavedState, SavedRegistry, u64), String> {
+fn encode_policy(policy: &LockPolicy) -> Value {
+    json!({"fairness": policy.fairness.as_str(), "deadlocks": policy.deadlocks.as_str()})
+}
+
+fn decode_policy(value: &Value) -> Result<LockPolicy, String> {
+    let text = |name: &str| {
+        value
+            .get(name)
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("no string field '{name}'"))
+    };
+    Ok(LockPolicy {
+        fairness: Fairness::parse(text("fairness")?).ok_or("unknown fairness")?,
+        deadlocks: Deadlocks::parse(text("deadlocks")?).ok_or("unknown deadlocks")?,
+    })
+}
+
+/// A death mark as `{"lock", "owner", "token"}` (also its wire form).
+pub fn encode_death(death: &Death) -> Value {
+    json!({"lock": death.lock.to_string(), "owner": encode_owner(&death.owner), "token": death.token})
+}
+
+fn decode_death(value: &Value) -> Result<Death, String> {
+    let field = |name: &str| value.get(name).ok_or_else(|| format!("no field '{name}'"));
+    Ok(Death {
+        lock: decode_lock(field("lock")?)?,
+        owner: decode_owner(field("owner")?).map_err(|what| format!("owner {what}"))?,
+        token: field("token")?.as_u64().ok_or("token is not a number")?,
+    })
+}
+
+/// The extensions' part of a snapshot; every field may be absent (a state
+/// from before them).
+fn decode_extensions(document: &Value) -> Result<SavedExtensions, String> {
+    let list = |field: &str| -> Result<&[Value], String> {
+        match document.get(field) {
+            None => Ok(&[]),
+            Some(value) => value
+                .as_array()
+                .map(Vec::as_slice)
+                .ok_or_else(|| format!("'{field}' is not a list")),
+        }
+    };
+    let number = |field: &str| -> Result<u64, String> {
+        match document.get(field) {
+            None => Ok(0),
+            Some(value) => value
+                .as_u64()
+                .ok_or_else(|| format!("'{field}' is not a number")),
+        }
+    };
+    let mut extensions = SavedExtensions {
+        policy: match document.get("lock_policy") {
+            None => LockPolicy::default(),
+            Some(policy) => decode_policy(policy).map_err(|what| format!("lock_policy: {what}"))?,
+        },
+        next_arrival: number("next_arrival")?,
+        ..SavedExtensions::default()
+    };
+    extensions.grants.last_token = number("last_token")?;
+    for (index, item) in list("grants")?.iter().enumerate() {
+        let at = |what: String| format!("grants[{index}] {what}");
+        let Some([owner, lock, token, died]) = item.as_array().map(Vec::as_slice) else {
+            return Err(at("is not [owner, lock, token, died]".to_owned()));
+        };
+        let died = died
+            .as_array()
+            .ok_or_else(|| at("died is not a list".to_owned()))?
+            .iter()
+            .map(decode_death)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(at)?;
+        extensions.grants.grants.push((
+            decode_owner(owner).map_err(|what| at(format!("owner {what}")))?,
+            decode_lock(lock).map_err(at)?,
+            Grant {
+                token: token
+                    .as_u64()
+                    .ok_or_else(|| at("token is not a number".to_owned()))?,
+                died,
+            },
+        ));
+    }
+    for (index, item) in list("death_marks")?.iter().enumerate() {
+        extensions
+            .grants
+            .marks
+            .push(decode_death(item).map_err(|what| format!("death_marks[{index}] {what}"))?);
+    }
+    for (index, item) in list("arrivals")?.iter().enumerate() {
+        let at = |what: String| format!("arrivals[{index}] {what}");
+        let Some([owner, order]) = item.as_array().map(Vec::as_slice) else {
+            return Err(at("is not [owner, arrival]".to_owned()));
+        };
+        extensions.arrivals.push((
+            decode_owner(owner).map_err(|what| at(format!("owner {what}")))?,
+            order
+                .as_u64()
+                .ok_or_else(|| at("arrival is not a number".to_owned()))?,
+        ));
+    }
+    Ok(extensions)
+}
+
+type DecodedSnapshot = (SavedState, SavedExtensions, SavedRegistry, u64);
+
+fn decode_snapshot(bytes: &[u8]) -> Result<DecodedSnapshot, String> {
     let document: Value =
         serde_json::from_slice(bytes).map_err(|error| format!("not valid JSON: {error}"))?;
     let version = document.get("version").and_then(Value::as_u64);
@@ -829,7 +959,8 @@ fn decode_snapshot(bytes: &[u8]) -> Result<(SavedState, SavedRegistry, u64), Str
         None => 0,
         Some(high) => high.as_u64().ok_or("prepare_seq_high is not a number")?,
     };
-    Ok((saved, workers, last_seq))
+    let extensions = decode_extensions(&document)?;
+    Ok((saved, extensions, workers, last_seq))
 }
 
 /// A journal record's JSON object, written straight from the operation:
@@ -857,7 +988,13 @@ impl Serialize for RecordJson<'_> {
                 map.serialize_entry("priority", priority)?;
                 map.serialize_entry("request", &EntriesJson(request))?;
             }
-            LockOp::FreeLocks { owner } => map.serialize_entry("owner", &OwnerJson(owner))?,
+            LockOp::FreeLocks { owner } | LockOp::FreeDead { owner } => {
+                map.serialize_entry("owner", &OwnerJson(owner))?
+            }
+            LockOp::SetPolicy { policy } => {
+                map.serialize_entry("fairness", policy.fairness.as_str())?;
+                map.serialize_entry("deadlocks", policy.deadlocks.as_str())?;
+            }
             LockOp::FreeLocksLevel { owner, level }
             | LockOp::DowngradeLocksLevel { owner, level } => {
                 map.serialize_entry("owner", &OwnerJson(owner))?;
@@ -890,6 +1027,8 @@ fn op_name(op: &LockOp) -> &'static str {
         LockOp::TryUpdate { .. } => "tryUpdateLocks",
         LockOp::UpdateWaiting { .. } => "updateLocksWaiting",
         LockOp::FreeLocks { .. } => "freeLocks",
+        LockOp::FreeDead { .. } => "freeDead",
+        LockOp::SetPolicy { .. } => "setLockPolicy",
         LockOp::FreeLocksLevel { .. } => "freeLocksLevel",
         LockOp::DowngradeLocksLevel { .. } => "downGradeLocksLevel",
         LockOp::IntersectLocks { .. } => "intersectLocks",
@@ -1168,6 +1307,10 @@ fn decode_lock_record(value: &Value) -> Result<LockOp, String> {
                 .collect::<Result<_, _>>()?,
         },
         "freeLocks" => LockOp::FreeLocks { owner: owner()? },
+        "freeDead" => LockOp::FreeDead { owner: owner()? },
+        "setLockPolicy" => LockOp::SetPolicy {
+            policy: decode_policy(value)?,
+        },
         "freeLocksLevel" => LockOp::FreeLocksLevel {
             owner: owner()?,
             level: level()?,
@@ -1234,6 +1377,15 @@ mod tests {
             LockOp::FreeLocks { owner } => json!({
                 "op": "freeLocks",
                 "owner": encode_owner(owner),
+            }),
+            LockOp::FreeDead { owner } => json!({
+                "op": "freeDead",
+                "owner": encode_owner(owner),
+            }),
+            LockOp::SetPolicy { policy } => json!({
+                "op": "setLockPolicy",
+                "fairness": policy.fairness.as_str(),
+                "deadlocks": policy.deadlocks.as_str(),
             }),
             LockOp::FreeLocksLevel { owner, level } => json!({
                 "op": "freeLocksLevel",

@@ -696,7 +696,9 @@ impl State {
 
     /// Runs one lock operation: the one way the state changes.
     fn run(&mut self, op: LockOp) -> OpOutcome {
-        let had_pending = self.manager.has_pending_request(op.owner());
+        let had_pending = op
+            .owner()
+            .is_some_and(|owner| self.manager.has_pending_request(owner));
         let before = self.manager.changes();
         let outcome = self.manager.apply(&op);
         self.note_events(&op, &outcome, had_pending);
@@ -704,14 +706,20 @@ impl State {
             self.store.record_with_events(&op, self.events.unrecorded());
         }
         self.turn_granted.extend(outcome.granted().iter().cloned());
-        self.turn_owners.push(Arc::new(op.owner().clone()));
+        if let Some(owner) = op.owner() {
+            self.turn_owners.push(Arc::new(owner.clone()));
+        }
         outcome
     }
 
     /// The events of one lock operation: the holdings it changed, a
     /// request left waiting, or one that ended without a grant.
     fn note_events(&mut self, op: &LockOp, outcome: &OpOutcome, had_pending: bool) {
-        let owner = op.owner();
+        let Some(owner) = op.owner() else {
+            let changes = self.manager.take_lock_changes();
+            self.events.lock_changes(changes, |_| Via::Waiting);
+            return;
+        };
         let changes = self.manager.take_lock_changes();
         let granted_self = changes
             .iter()

@@ -1,0 +1,284 @@
+//! Fencing tokens and death marks *(extension)*: what each holding was
+//! granted with, beside the allocation (which knows only modes).
+//!
+//! - Every grant (a direct update, a waiting request granted later, an
+//!   opportunistic union) draws the next token from one counter, for the
+//!   whole set of locks it gave; a lock already held keeps its token, a
+//!   downgrade is not a grant. The counter only moves up, and it is part
+//!   of the saved state, so tokens increase across restarts.
+//! - When a dead owner's locks are freed, each lock it held is marked with
+//!   that owner and its token. The next grant covering a marked lock (the
+//!   lock itself or its group) is told, and takes the mark away; a grant
+//!   of a member of a marked group is told too but leaves the mark, since
+//!   the group's other members may still need repair.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::allocation::OwnerRef;
+use super::name::LockName;
+use super::owner::Owner;
+
+/// A fencing token: the number of a grant.
+pub type Token = u64;
+
+/// A lock that was held by an owner found dead.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Death {
+    /// The lock the dead owner held (the granted lock, its group or one of
+    /// its members).
+    pub lock: LockName,
+    pub owner: Owner,
+    /// The token it held `lock` with.
+    pub token: Token,
+}
+
+/// What one holding was granted with.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Grant {
+    pub token: Token,
+    /// The dead previous holders its grant was told of.
+    pub died: Vec<Death>,
+}
+
+/// The saved form of [`Grants`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SavedGrants {
+    pub last_token: Token,
+    /// Every holding's grant, by owner and lock.
+    pub grants: Vec<(Owner, LockName, Grant)>,
+    pub marks: Vec<Death>,
+}
+
+#[derive(Debug, Default)]
+pub struct Grants {
+    last_token: Token,
+    held: HashMap<OwnerRef, BTreeMap<LockName, Grant>>,
+    /// Per lock, the dead owner that held it, not yet told to a grantee.
+    marks: BTreeMap<LockName, Death>,
+    /// Set between [`Grants::begin_grant`] and [`Grants::end_grant`]: a
+    /// union grants its locks one by one, as one grant.
+    in_one_grant: bool,
+    /// The token of that grant, once drawn.
+    open: Option<Token>,
+}
+
+impl Grants {
+    /// The last token issued (0: none yet).
+    pub fn last_token(&self) -> Token {
+        self.last_token
+    }
+
+    /// Makes the grants until [`Grants::end_grant`] one grant.
+    pub fn begin_grant(&mut self) {
+        self.in_one_grant = true;
+        self.open = None;
+    }
+
+    pub fn end_grant(&mut self) {
+        self.in_one_grant = false;
+        self.open = None;
+    }
+
+    /// Records that `owner` was granted `locks` (each newly held or
+    /// raised to exclusive): one token for them all.
+    pub fn granted(&mut self, owner: &OwnerRef, locks: &[LockName]) {
+        if locks.is_empty() {
+            return;
+        }
+        let token = match self.open {
+            Some(token) => token,
+            None => {
+                self.last_token += 1;
+                self.last_token
+            }
+        };
+        if self.in_one_grant {
+            self.open = Some(token);
+        }
+        for lock in locks {
+            let died = self.tell(lock);
+            self.held
+                .entry(OwnerRef::clone(owner))
+                .or_default()
+                .insert(lock.clone(), Grant { token, died });
+        }
+    }
+
+    /// The marks a grant of `lock` is told of, taking away those it covers.
+    fn tell(&mut self, lock: &LockName) -> Vec<Death> {
+        let mut died = Vec::new();
+        if let Some(group) = lock.group()
+            && let Some(death) = self.marks.get(&group)
+        {
+            died.push(death.clone());
+        }
+        if let Some(death) = self.marks.remove(lock) {
+            died.push(death);
+        }
+        if lock.is_group() {
+            let members: Vec<LockName> = self
+                .marks
+                .range(lock.clone()..)
+                .skip(1)
+                .take_while(|(member, _)| member.group().as_ref() == Some(lock))
+                .map(|(member, _)| member.clone())
+                .collect();
+            for member in members {
+                died.extend(self.marks.remove(&member));
+            }
+        }
+        died
+    }
+
+    /// Forgets the grants of locks `owner` no longer holds.
+    pub fn released(&mut self, owner: &Owner, locks: &[LockName]) {
+        let Some(held) = self.held.get_mut(owner) else {
+            return;
+        };
+        for lock in locks {
+            held.remove(lock);
+        }
+        if held.is_empty() {
+            self.held.remove(owner);
+        }
+    }
+
+    /// Marks every lock `owner` holds as held by a dead owner, before its
+    /// locks are freed. At most `marks_max` marks are kept: the oldest
+    /// (lowest token) go first.
+    pub fn died(&mut self, owner: &Owner, marks_max: usize) {
+        let Some(held) = self.held.get(owner) else {
+            return;
+        };
+        for (lock, grant) in held {
+            self.marks.insert(
+                lock.clone(),
+                Death {
+                    lock: lock.clone(),
+                    owner: owner.clone(),
+                    token: grant.token,
+                },
+            );
+        }
+        while self.marks.len() > marks_max {
+            let oldest = self
+                .marks
+                .iter()
+                .min_by_key(|(_, death)| death.token)
+                .map(|(lock, _)| lock.clone())
+                .expect("over the bound, so not empty");
+            self.marks.remove(&oldest);
+        }
+    }
+
+    /// A holding restored from a state saved without its grant.
+    pub fn restored_without_token(&mut self, owner: &OwnerRef, lock: &LockName) {
+        self.held
+            .entry(OwnerRef::clone(owner))
+            .or_default()
+            .insert(lock.clone(), Grant::default());
+    }
+
+    pub fn grant(&self, owner: &Owner, lock: &LockName) -> Option<&Grant> {
+        self.held.get(owner)?.get(lock)
+    }
+
+    /// The grants of `owner`, in lock order.
+    pub fn of(&self, owner: &Owner) -> Option<&BTreeMap<LockName, Grant>> {
+        self.held.get(owner)
+    }
+
+    pub fn marks(&self) -> impl Iterator<Item = &Death> {
+        self.marks.values()
+    }
+
+    pub fn saved(&self) -> SavedGrants {
+        let mut grants: Vec<(Owner, LockName, Grant)> = self
+            .held
+            .iter()
+            .flat_map(|(owner, held)| {
+                held.iter()
+                    .map(|(lock, grant)| (Owner::clone(owner), lock.clone(), grant.clone()))
+            })
+            .collect();
+        grants.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        SavedGrants {
+            last_token: self.last_token,
+            grants,
+            marks: self.marks.values().cloned().collect(),
+        }
+    }
+
+    /// Rebuilds from the saved form: `owner_ref` gives the shared handle of
+    /// a holder, `None` for an owner that holds nothing (an impossible
+    /// grant).
+    pub fn restore(
+        saved: &SavedGrants,
+        owner_ref: impl Fn(&Owner, &LockName) -> Option<OwnerRef>,
+    ) -> Result<Grants, String> {
+        let mut grants = Grants {
+            last_token: saved.last_token,
+            ..Grants::default()
+        };
+        for (owner, lock, grant) in &saved.grants {
+            let Some(owner_ref) = owner_ref(owner, lock) else {
+                return Err(format!(
+                    "a grant of {lock} to {owner}, who does not hold it"
+                ));
+            };
+            if grant.token > saved.last_token {
+                return Err(format!(
+                    "the grant of {lock} to {owner} has token {} above the last issued {}",
+                    grant.token, saved.last_token
+                ));
+            }
+            grants
+                .held
+                .entry(owner_ref)
+                .or_default()
+                .insert(lock.clone(), grant.clone());
+        }
+        for death in &saved.marks {
+            if death.token > saved.last_token {
+                return Err(format!(
+                    "the mark of {} has token {} above the last issued {}",
+                    death.lock, death.token, saved.last_token
+                ));
+            }
+            grants.marks.insert(death.lock.clone(), death.clone());
+        }
+        Ok(grants)
+    }
+
+    /// Panics unless every holding has exactly one grant, with a token
+    /// that was issued.
+    pub fn check_invariants<'a>(
+        &self,
+        holdings: impl Iterator<Item = (&'a OwnerRef, &'a BTreeMap<LockName, super::owner::Mode>)>,
+    ) {
+        let mut count = 0;
+        for (owner, held) in holdings {
+            let grants = self.held.get(owner);
+            for lock in held.keys() {
+                let grant = grants
+                    .and_then(|grants| grants.get(lock))
+                    .unwrap_or_else(|| panic!("{owner} holds {lock} with no grant"));
+                assert!(
+                    grant.token <= self.last_token,
+                    "{owner} holds {lock} with the unissued token {}",
+                    grant.token
+                );
+            }
+            count += held.len();
+        }
+        let granted: usize = self.held.values().map(BTreeMap::len).sum();
+        assert_eq!(granted, count, "grants of locks nobody holds");
+        for (lock, death) in &self.marks {
+            assert_eq!(*lock, death.lock, "a mark filed under another lock");
+            assert!(
+                death.token <= self.last_token,
+                "a mark with an unissued token"
+            );
+        }
+    }
+}
