@@ -89,6 +89,18 @@ fn failure_message(args: &[Value]) -> String {
 }
 
 /// One connection to a daemon.
+/// The answer of an `awaitLocks` sent with `fence` *(extension)*.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FencedAnswer {
+    /// The owners in the way (empty: granted).
+    pub blockers: Vec<Value>,
+    /// The grant's fencing token, once granted.
+    pub token: Option<u64>,
+    /// The dead previous holders the grant was told of:
+    /// `{"lock", "owner", "token"}` each.
+    pub died: Vec<Value>,
+}
+
 #[derive(Debug)]
 pub struct Client {
     daemon: Daemon,
@@ -229,7 +241,7 @@ impl Client {
 
     /// `listAllLocksOwners`: `[[lock, [[owner, mode], ...]], ...]`.
     pub fn list_all_locks_owners(&mut self) -> Result<Value, ClientError> {
-        self.wconfd(&WconfdRequest::ListAllLocksOwners)
+        self.wconfd(&WconfdRequest::ListAllLocksOwners { tokens: false })
     }
 
     /// `listWaiters` *(extension)*: every pending request with how long
@@ -268,6 +280,7 @@ impl Client {
         priority: Priority,
         request: &[Entry],
         timeout_ms: u64,
+        fence: bool,
     ) -> Result<(), ClientError> {
         self.send_request(
             &WconfdRequest::AwaitLocks {
@@ -275,6 +288,7 @@ impl Client {
                 priority,
                 request: request.to_vec(),
                 timeout_ms,
+                fence,
             }
             .encode(),
         )
@@ -286,6 +300,25 @@ impl Client {
         match self.receive()? {
             Value::Array(blockers) => Ok(blockers),
             other => Err(self.malformed("a lock request", &other)),
+        }
+    }
+
+    /// The answer of an `awaitLocks` sent with `fence`: the blockers, or
+    /// the grant's token and the dead previous holders it was told of.
+    pub fn receive_fenced(&mut self) -> Result<FencedAnswer, ClientError> {
+        let answer = self.receive()?;
+        let blockers = answer.get("blockers").and_then(Value::as_array);
+        let died = answer
+            .get("died")
+            .map_or(Some(&[][..]), |died| died.as_array().map(Vec::as_slice));
+        let token = answer.get("token").and_then(Value::as_u64);
+        match (blockers, died) {
+            (Some(blockers), Some(died)) => Ok(FencedAnswer {
+                blockers: blockers.clone(),
+                token,
+                died: died.to_vec(),
+            }),
+            _ => Err(self.malformed("a fenced lock request", &answer)),
         }
     }
 
@@ -840,7 +873,9 @@ mod tests {
         );
         let owner = Owner::job(2, "/l/job_000002_1", 6);
         let request = [Entry::shared(crate::locks::LockName::Bgl)];
-        client.send_await_locks(&owner, -1, &request, 1000).unwrap();
+        client
+            .send_await_locks(&owner, -1, &request, 1000, false)
+            .unwrap();
         assert_eq!(client.receive_blockers().unwrap().len(), 1);
         client.free_locks(&owner).unwrap();
         assert!(matches!(

@@ -14,6 +14,8 @@
 //! socket_group = "ganeti"        # or a numeric gid; absent: root and the daemon's uid only
 //! snapshot_journal_bytes_max = 16777216
 //! slow_wait_s = 60               # a lock wait this long logs who is in the way, once; 0: never
+//! fairness = "ganeti"            # or "fifo": new requests queue behind conflicting waiters
+//! deadlock_check = "refuse"      # or "off": a wait that closes a cycle waits, as in Ganeti
 //!
 //! [luxid]
 //! max_running_jobs = 20
@@ -144,6 +146,38 @@ pub struct WconfdSettings {
     /// A job's lock wait longer than this many seconds writes its blocking
     /// chain once into the job's log, as a `why` entry (0: never).
     pub slow_wait_s: u64,
+    /// Whether new requests may overtake conflicting waiters (Ganeti) or
+    /// queue behind them (fifo).
+    #[serde(deserialize_with = "fairness")]
+    pub fairness: crate::locks::Fairness,
+    /// Whether a waiting request that would close a cycle of waits is
+    /// refused, naming the cycle, or waits as in Ganeti.
+    #[serde(deserialize_with = "deadlock_check")]
+    pub deadlock_check: crate::locks::Deadlocks,
+}
+
+/// `"ganeti"` or `"fifo"` (the lock core knows no serde).
+fn fairness<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<crate::locks::Fairness, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    crate::locks::Fairness::parse(&text).ok_or_else(|| {
+        serde::de::Error::custom(format!(
+            "fairness {text:?} is neither \"ganeti\" nor \"fifo\""
+        ))
+    })
+}
+
+/// `"refuse"` or `"off"`.
+fn deadlock_check<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<crate::locks::Deadlocks, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    crate::locks::Deadlocks::parse(&text).ok_or_else(|| {
+        serde::de::Error::custom(format!(
+            "deadlock_check {text:?} is neither \"refuse\" nor \"off\""
+        ))
+    })
 }
 
 /// `[luxid]`: the job queue daemon.
@@ -175,6 +209,8 @@ impl Default for WconfdSettings {
             socket_group: None,
             snapshot_journal_bytes_max: limits::WCONFD_SNAPSHOT_JOURNAL_BYTES_MAX_DEFAULT,
             slow_wait_s: limits::SLOW_WAIT_SECS_DEFAULT,
+            fairness: crate::locks::Fairness::Ganeti,
+            deadlock_check: crate::locks::Deadlocks::Refuse,
         }
     }
 }
@@ -197,6 +233,14 @@ impl WconfdSettings {
     /// `Duration`.
     pub fn death_check_interval(&self) -> Duration {
         Duration::from_millis(self.death_check_interval_ms)
+    }
+
+    /// The lock policy these settings ask for.
+    pub fn lock_policy(&self) -> crate::locks::LockPolicy {
+        crate::locks::LockPolicy {
+            fairness: self.fairness,
+            deadlocks: self.deadlock_check,
+        }
     }
 }
 
@@ -683,6 +727,8 @@ mod tests {
             socket_group = "ganeti"
             snapshot_journal_bytes_max = 1048576
             slow_wait_s = 30
+            fairness = "fifo"
+            deadlock_check = "off"
 
             [luxid]
             max_running_jobs = 4
@@ -721,6 +767,8 @@ mod tests {
                     socket_group: Some(SocketGroup::Name("ganeti".to_owned())),
                     snapshot_journal_bytes_max: 1_048_576,
                     slow_wait_s: 30,
+                    fairness: crate::locks::Fairness::Fifo,
+                    deadlock_check: crate::locks::Deadlocks::Wait,
                 },
                 luxid: LuxidSettings {
                     max_running_jobs: 4,

@@ -776,6 +776,7 @@ fn death(bench: &Bench) -> Result<Vec<Measure>> {
     let wanted = vec![Entry::exclusive(x.clone())];
     let await_x = frame(
         &WconfdRequest::AwaitLocks {
+            fence: false,
             owner: waiter.owner.clone(),
             priority: 0,
             request: wanted.clone(),

@@ -148,8 +148,66 @@ impl<'a> Args<'a> {
         Ok(Args { method, args })
     }
 
+    /// Checks the count of a method whose last arguments are optional
+    /// (extensions added to a Ganeti method).
+    pub fn between(
+        method: &'a str,
+        args: &'a [Value],
+        fewest: usize,
+        most: usize,
+    ) -> Result<Args<'a>, WireError> {
+        if !(fewest..=most).contains(&args.len()) {
+            return Err(WireError::generic(format!(
+                "{method} takes {fewest} to {most} arguments, got {}",
+                args.len()
+            )));
+        }
+        Ok(Args { method, args })
+    }
+
+    pub fn len(&self) -> usize {
+        self.args.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.args.is_empty()
+    }
+
     pub fn get(&self, index: usize) -> &'a Value {
         &self.args[index]
+    }
+
+    /// An options object of boolean flags, each of `known`; answers the
+    /// flags set. Absent: none.
+    pub fn flags(
+        &self,
+        index: usize,
+        known: &[&'static str],
+    ) -> Result<Vec<&'static str>, WireError> {
+        let Some(value) = self.args.get(index) else {
+            return Ok(Vec::new());
+        };
+        let object = value
+            .as_object()
+            .ok_or_else(|| self.bad(index, "is not an object of options"))?;
+        let mut set = Vec::new();
+        for (name, flag) in object {
+            let Some(known) = known.iter().find(|known| **known == name) else {
+                return Err(self.bad(
+                    index,
+                    format!(
+                        "has the unknown option {name:?} (known: {})",
+                        known.join(", ")
+                    ),
+                ));
+            };
+            match flag.as_bool() {
+                Some(true) => set.push(*known),
+                Some(false) => {}
+                None => return Err(self.bad(index, format!("option {name:?} is not a boolean"))),
+            }
+        }
+        Ok(set)
     }
 
     /// An error about argument `index` (counted from 1 in the text).

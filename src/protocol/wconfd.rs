@@ -55,7 +55,11 @@ pub enum WconfdRequest {
         owner: Owner,
     },
     ListAllLocks,
-    ListAllLocksOwners,
+    /// With `tokens` *(extension)*, each holder also carries its grant:
+    /// token and the dead previous holders it was told of.
+    ListAllLocksOwners {
+        tokens: bool,
+    },
     ListLocksWaitingStatus,
     /// *(extension)* Every pending request with how long it has waited and
     /// who blocks it.
@@ -80,6 +84,22 @@ pub enum WconfdRequest {
         priority: Priority,
         request: Vec<Entry>,
         timeout_ms: u64,
+        /// Answer the grant's fence (token, dead previous holders) in an
+        /// object *(extension)*.
+        fence: bool,
+    },
+    /// *(extension)* Whether `token` is the grant `owner` holds `lock`
+    /// with now.
+    CheckFence {
+        owner: Owner,
+        lock: LockName,
+        token: u64,
+    },
+    /// *(extension)* What a request would meet now, changing nothing.
+    WhatIfLocks {
+        owner: Owner,
+        request: Vec<Entry>,
+        priority: Priority,
     },
     HasPendingRequest {
         owner: Owner,
@@ -193,13 +213,15 @@ impl WconfdRequest {
             | IntersectLocks { owner, .. }
             | OpportunisticLockUnion { owner, .. }
             | GuardedOpportunisticLockUnion { owner, .. } => Some(owner),
+            // A subject asked about, not the caller: any peer may ask.
+            CheckFence { .. } | WhatIfLocks { .. } => None,
             Echo(_)
             | CleanupLocks
             | ReadConfig
             | VerifyConfig
             | FlushConfig
             | ListAllLocks
-            | ListAllLocksOwners
+            | ListAllLocksOwners { .. }
             | ListLocksWaitingStatus
             | ListWaiters
             | ExplainWait { .. }
@@ -233,7 +255,28 @@ impl WconfdRequest {
             "verifyConfig" => nothing(arity(0)?, VerifyConfig),
             "flushConfig" => nothing(arity(0)?, FlushConfig),
             "listAllLocks" => nothing(arity(0)?, ListAllLocks),
-            "listAllLocksOwners" => nothing(arity(0)?, ListAllLocksOwners),
+            "listAllLocksOwners" => {
+                let args = Args::between(method, args, 0, 1)?;
+                ListAllLocksOwners {
+                    tokens: !args.flags(0, &["tokens"])?.is_empty(),
+                }
+            }
+            "checkFence" => {
+                let args = arity(3)?;
+                CheckFence {
+                    owner: owner(&args, 0)?,
+                    lock: decode_lock(args.get(1)).map_err(|what| args.bad(1, what))?,
+                    token: args.u64(2)?,
+                }
+            }
+            "whatIfLocks" => {
+                let args = Args::between(method, args, 2, 3)?;
+                WhatIfLocks {
+                    owner: owner(&args, 0)?,
+                    request: entries(&args, 1, limits)?,
+                    priority: if args.len() > 2 { args.i64(2)? } else { 0 },
+                }
+            }
             "listLocksWaitingStatus" => nothing(arity(0)?, ListLocksWaitingStatus),
             "listWaiters" => nothing(arity(0)?, ListWaiters),
             "explainWait" => {
@@ -295,7 +338,7 @@ impl WconfdRequest {
                 }
             }
             "awaitLocks" => {
-                let args = arity(4)?;
+                let args = Args::between(method, args, 4, 5)?;
                 let timeout_ms = args.u64(3)?;
                 if timeout_ms > limits.await_timeout_ms_max {
                     return Err(args.bad(
@@ -311,6 +354,7 @@ impl WconfdRequest {
                     priority: args.i64(1)?,
                     request: entries(&args, 2, limits)?,
                     timeout_ms,
+                    fence: !args.flags(4, &["fence"])?.is_empty(),
                 }
             }
             "freeLocksLevel" => {
@@ -504,7 +548,9 @@ impl WconfdRequest {
             FlushConfig => "flushConfig",
             ListLocks { .. } => "listLocks",
             ListAllLocks => "listAllLocks",
-            ListAllLocksOwners => "listAllLocksOwners",
+            ListAllLocksOwners { .. } => "listAllLocksOwners",
+            CheckFence { .. } => "checkFence",
+            WhatIfLocks { .. } => "whatIfLocks",
             ListLocksWaitingStatus => "listLocksWaitingStatus",
             ListWaiters => "listWaiters",
             ExplainWait { .. } => "explainWait",
@@ -547,9 +593,18 @@ impl WconfdRequest {
             | VerifyConfig
             | FlushConfig
             | ListAllLocks
-            | ListAllLocksOwners
+            | ListAllLocksOwners { tokens: false }
             | ListLocksWaitingStatus
             | ListWaiters => Vec::new(),
+            ListAllLocksOwners { tokens: true } => vec![json!({"tokens": true})],
+            CheckFence { owner, lock, token } => {
+                vec![encode_owner(owner), json!(lock.to_string()), json!(token)]
+            }
+            WhatIfLocks {
+                owner,
+                request,
+                priority,
+            } => vec![encode_owner(owner), entries(request), json!(priority)],
             ExplainWait { job } => vec![json!(job)],
             WriteConfig { owner, config } | WriteConfigAndUnlock { owner, config } => {
                 vec![encode_owner(owner), config.clone()]
@@ -570,12 +625,19 @@ impl WconfdRequest {
                 priority,
                 request,
                 timeout_ms,
-            } => vec![
-                encode_owner(owner),
-                json!(priority),
-                entries(request),
-                json!(timeout_ms),
-            ],
+                fence,
+            } => {
+                let mut args = vec![
+                    encode_owner(owner),
+                    json!(priority),
+                    entries(request),
+                    json!(timeout_ms),
+                ];
+                if *fence {
+                    args.push(json!({"fence": true}));
+                }
+                args
+            }
             FreeLocksLevel { owner, level } | DownGradeLocksLevel { owner, level } => {
                 vec![encode_owner(owner), json!(level.as_str())]
             }
@@ -847,8 +909,62 @@ pub fn encode_waiter(
 
 /// Lock errors are `GenericError`s with Ganeti's texts, as Ganeti's
 /// WConfD raises them.
+/// A lock error as `GenericError`: its text, and for a deadlock a second
+/// argument `{"cycle": [{"owner", "holds"}, ...]}` (the requester last).
 pub fn lock_error(error: &LockError) -> WireError {
-    WireError::generic(error.to_string())
+    let mut wire = WireError::generic(error.to_string());
+    if let LockError::Deadlock(cycle) = error {
+        let members: Vec<Value> = cycle
+            .iter()
+            .map(|(owner, holds)| json!({"owner": encode_owner(owner), "holds": encode_lock_modes(holds)}))
+            .collect();
+        wire.args.push(json!({"cycle": members}));
+    }
+    wire
+}
+
+/// A grant's fence as `awaitLocks` with `fence` answers it:
+/// `{"blockers": [], "token": N, "died": [{"lock", "owner", "token"}, ...]}`.
+pub fn encode_fence(token: u64, died: &[crate::locks::Death]) -> Value {
+    json!({
+        "blockers": [],
+        "token": token,
+        "died": died.iter().map(encode_death).collect::<Vec<_>>(),
+    })
+}
+
+/// `whatIfLocks`' answer: `{"granted", "blockers", "filed_under",
+/// "ahead", "error"}` (`error`: the text of the error the request would
+/// get, and for a deadlock its `cycle`).
+pub fn encode_what_if(what_if: &crate::locks::WhatIf) -> Value {
+    let ahead: Vec<Value> = what_if
+        .ahead
+        .iter()
+        .map(|waiter| {
+            json!({
+                "priority": waiter.priority,
+                "owner": encode_owner(&waiter.owner),
+                "request": waiter.request.iter().map(encode_entry).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let mut answer = json!({
+        "granted": what_if.error.is_none() && what_if.blockers.is_empty(),
+        "blockers": encode_owners(&what_if.blockers),
+        "filed_under": what_if.filed_under.as_deref().map(encode_owner),
+        "ahead": ahead,
+        "error": what_if.error.as_ref().map(|error| error.to_string()),
+    });
+    if let Some(crate::locks::LockError::Deadlock(_)) = &what_if.error {
+        let wire = lock_error(what_if.error.as_ref().expect("matched"));
+        answer["cycle"] = wire.args[1]["cycle"].clone();
+    }
+    answer
+}
+
+/// A death mark as `{"lock", "owner", "token"}`.
+pub fn encode_death(death: &crate::locks::Death) -> Value {
+    json!({"lock": death.lock.to_string(), "owner": encode_owner(&death.owner), "token": death.token})
 }
 
 #[cfg(test)]
@@ -1090,14 +1206,29 @@ mod tests {
                     request,
                 }
             }),
-            (owner_strategy(), any::<i64>(), entries(), 0..=60_000u64).prop_map(
-                |(owner, priority, request, timeout_ms)| AwaitLocks {
+            (
+                owner_strategy(),
+                any::<i64>(),
+                entries(),
+                0..=60_000u64,
+                any::<bool>()
+            )
+                .prop_map(|(owner, priority, request, timeout_ms, fence)| AwaitLocks {
                     owner,
                     priority,
                     request,
                     timeout_ms,
+                    fence,
+                }),
+            (owner_strategy(), lock_strategy(), any::<u64>())
+                .prop_map(|(owner, lock, token)| CheckFence { owner, lock, token }),
+            (owner_strategy(), entries(), any::<i64>()).prop_map(|(owner, request, priority)| {
+                WhatIfLocks {
+                    owner,
+                    request,
+                    priority,
                 }
-            ),
+            }),
             (owner_strategy(), level_strategy())
                 .prop_map(|(owner, level)| FreeLocksLevel { owner, level }),
             (owner_strategy(), level_strategy())
@@ -1134,7 +1265,8 @@ mod tests {
                 VerifyConfig,
                 FlushConfig,
                 ListAllLocks,
-                ListAllLocksOwners,
+                ListAllLocksOwners { tokens: false },
+                ListAllLocksOwners { tokens: true },
                 ListLocksWaitingStatus,
                 ListWaiters,
             ]),

@@ -217,7 +217,7 @@ fn elect(root: &Path, owner: &Owner, sender: &SyncSender<Message>) {
 /// One held `awaitLocks`: whether it granted the lock.
 fn await_lock(root: &Path, owner: &Owner, request: &[Entry]) -> Result<bool, ClientError> {
     let mut client = Client::connect(root, Daemon::Wconfd, LUXID_FRAME_BYTES_MAX_DEFAULT)?;
-    client.send_await_locks(owner, 0, request, ELECTION_AWAIT_MS)?;
+    client.send_await_locks(owner, 0, request, ELECTION_AWAIT_MS, false)?;
     Ok(client.receive_blockers()?.is_empty())
 }
 

@@ -162,7 +162,7 @@ pub fn worker_uuids() -> Vec<String> {
 }
 
 /// The command for `exec`, not yet started.
-pub fn command(exec: &Exec, job: u64, root: &Path) -> Command {
+pub fn command(exec: &Exec, job: u64, root: &Path, fence_env: &[(String, String)]) -> Command {
     let mut command = Command::new(&exec.argv[0]);
     command
         .args(&exec.argv[1..])
@@ -171,6 +171,7 @@ pub fn command(exec: &Exec, job: u64, root: &Path) -> Command {
         .env("WARDEN_JOB_ID", job.to_string())
         .env("WARDEN_ROOT", root)
         .envs(worker_env())
+        .envs(fence_env.iter().map(|(name, value)| (name, value)))
         .envs(exec.env.iter().map(|(name, value)| (name, value)))
         .current_dir(exec.cwd.as_deref().unwrap_or("/"))
         .stdin(if exec.stdin.is_some() {
@@ -366,7 +367,7 @@ fn attempt(
 ) -> Result<(OpResult, Option<Ending>), RunnerError> {
     let program = exec.argv[0].as_str();
     let started = Instant::now();
-    let mut child = match command(exec, context.job.id, root).spawn() {
+    let mut child = match command(exec, context.job.id, root, &context.fence_env).spawn() {
         Ok(child) => child,
         Err(error) => return Ok((not_started(program, error), None)),
     };
@@ -624,7 +625,7 @@ mod tests {
             kill_grace: 10.0,
             retry: None,
         };
-        let command = command(&exec, 42, Path::new("/r"));
+        let command = command(&exec, 42, Path::new("/r"), &[]);
         let env: Vec<(String, Option<String>)> = command
             .get_envs()
             .map(|(name, value)| {

@@ -326,6 +326,52 @@ struct Context {
     /// Log entries appended since the last write.
     unwritten: bool,
     last_write: Instant,
+    /// What the current opcode's programs learn of its lock grant
+    /// (`WARDEN_FENCE`, `WARDEN_PREVIOUS_HOLDER_DIED`).
+    fence_env: Vec<(String, String)>,
+}
+
+/// What wconfd said of an opcode's lock grant: its fencing token (the
+/// highest of its locks') and the dead previous holders it was told of.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Fence {
+    token: Option<u64>,
+    died: Vec<Value>,
+}
+
+impl Fence {
+    /// The environment of the opcode's programs: `WARDEN_FENCE=<token>`,
+    /// and `WARDEN_PREVIOUS_HOLDER_DIED=<lock>=<owner>,...` when its grant
+    /// followed a holder's death (the owner as its job id or client name;
+    /// `%`, `,` and `=` in either written `%25`, `%2C`, `%3D`).
+    fn env(&self) -> Vec<(String, String)> {
+        let mut env = Vec::new();
+        if let Some(token) = self.token {
+            env.push(("WARDEN_FENCE".to_owned(), token.to_string()));
+        }
+        let died: Vec<String> = self
+            .died
+            .iter()
+            .filter_map(|death| {
+                let lock = death.get("lock")?.as_str()?;
+                let owner = match death.get("owner")?.get(0)? {
+                    Value::String(name) => name.clone(),
+                    other => other.to_string(),
+                };
+                Some(format!("{}={}", env_escape(lock), env_escape(&owner)))
+            })
+            .collect();
+        if !died.is_empty() {
+            env.push(("WARDEN_PREVIOUS_HOLDER_DIED".to_owned(), died.join(",")));
+        }
+        env
+    }
+}
+
+fn env_escape(text: &str) -> String {
+    text.replace('%', "%25")
+        .replace(',', "%2C")
+        .replace('=', "%3D")
 }
 
 impl Context {
@@ -355,6 +401,7 @@ impl Context {
             log,
             unwritten: false,
             last_write: Instant::now(),
+            fence_env: Vec::new(),
         })
     }
 
@@ -531,7 +578,7 @@ impl AwaitError {
 
 /// How an opcode's lock request ended.
 enum Acquired {
-    Granted,
+    Granted(Fence),
     /// SIGTERM while waiting: the request is still pending in wconfd.
     Canceled,
     /// The opcode's `lock_timeout` passed: the request (`request`) is
@@ -545,7 +592,7 @@ enum Acquired {
 
 /// How one connection's wait for a lock request ended.
 enum Waited {
-    Granted,
+    Granted(Fence),
     Canceled,
     TimedOut(Vec<Value>),
 }
@@ -622,7 +669,7 @@ impl Runner {
         }
         let lock_timeout = parsed.lock_timeout();
         match self.acquire(index, &parsed.locks(), lock_timeout) {
-            Ok(Acquired::Granted) => {}
+            Ok(Acquired::Granted(fence)) => self.note_fence(index, fence)?,
             Ok(Acquired::Canceled) => {
                 self.cancel_from(index, CANCELED_RESULT, true)?;
                 return Ok(false);
@@ -704,6 +751,28 @@ impl Runner {
             self.free_locks();
         }
         Ok(succeeded)
+    }
+
+    /// Keeps what the grant of opcode `index` said for its programs, and
+    /// logs the dead previous holders it was told of (once per grant: a
+    /// retried opcode keeps its grant).
+    fn note_fence(&mut self, index: usize, fence: Fence) -> Result<(), RunnerError> {
+        self.context.fence_env = fence.env();
+        if fence.died.is_empty() {
+            return Ok(());
+        }
+        let already = self.context.job.ops[index]
+            .log
+            .iter()
+            .any(|entry| entry.2 == "why" && entry.3.get("previous_holder_died").is_some());
+        if already {
+            return Ok(());
+        }
+        self.context.log_now(
+            index,
+            "why",
+            json!({"previous_holder_died": fence.died, "fence": fence.token}),
+        )
     }
 
     fn execute(&mut self, index: usize, parsed: &Opcode) -> Result<exec::Executed, RunnerError> {
@@ -838,7 +907,7 @@ impl Runner {
             let result = self.await_locks(index, &request, lock_deadline);
             self.unwatch_wconfd();
             match result {
-                Ok(Waited::Granted) => return Ok(Acquired::Granted),
+                Ok(Waited::Granted(fence)) => return Ok(Acquired::Granted(fence)),
                 Ok(Waited::Canceled) => return Ok(Acquired::Canceled),
                 Ok(Waited::TimedOut(blockers)) => {
                     return Ok(Acquired::TimedOut { blockers, request });
@@ -923,7 +992,7 @@ impl Runner {
             };
             let client = self.wconfd.as_mut().expect("connected above");
             client
-                .send_await_locks(&self.owner, priority, request, timeout_ms)
+                .send_await_locks(&self.owner, priority, request, timeout_ms, true)
                 .map_err(unreachable)?;
             let deadline = Instant::now() + Duration::from_millis(timeout_ms) + AWAIT_ANSWER_GRACE;
             let show_waiting_at = Instant::now() + WAITING_SHOWN_AFTER;
@@ -968,14 +1037,17 @@ impl Runner {
                     .any(|event| event.token == WCONFD && event.readable)
                 {
                     let client = self.wconfd.as_mut().expect("connected above");
-                    match client.receive_blockers() {
-                        Ok(blockers) if blockers.is_empty() => {
-                            return Ok(Waited::Granted);
+                    match client.receive_fenced() {
+                        Ok(answer) if answer.blockers.is_empty() => {
+                            return Ok(Waited::Granted(Fence {
+                                token: answer.token,
+                                died: answer.died,
+                            }));
                         }
                         // Held until the lock timeout: the request stays
                         // pending, for the caller to withdraw.
-                        Ok(blockers) if lock_deadline.is_some_and(|at| Instant::now() >= at) => {
-                            return Ok(Waited::TimedOut(blockers));
+                        Ok(answer) if lock_deadline.is_some_and(|at| Instant::now() >= at) => {
+                            return Ok(Waited::TimedOut(answer.blockers));
                         }
                         // Timed out with blockers: the request stays
                         // pending; ask again.

@@ -63,8 +63,8 @@ use crate::locks::{
     LockPolicy, Mode, Owner, SavedExtensions, SavedPending, SavedState,
 };
 use crate::protocol::wconfd::{
-    decode_entry, decode_lock, decode_lock_mode, decode_owner, encode_entry, encode_lock_modes,
-    encode_owner,
+    decode_entry, decode_lock, decode_lock_mode, decode_owner, encode_death, encode_entry,
+    encode_lock_modes, encode_owner,
 };
 use crate::protocol::workers::{
     decode_caps, decode_groups, decode_request, decode_saved_worker, decode_strings, encode_caps,
@@ -749,11 +749,6 @@ fn decode_policy(value: &Value) -> Result<LockPolicy, String> {
         fairness: Fairness::parse(text("fairness")?).ok_or("unknown fairness")?,
         deadlocks: Deadlocks::parse(text("deadlocks")?).ok_or("unknown deadlocks")?,
     })
-}
-
-/// A death mark as `{"lock", "owner", "token"}` (also its wire form).
-pub fn encode_death(death: &Death) -> Value {
-    json!({"lock": death.lock.to_string(), "owner": encode_owner(&death.owner), "token": death.token})
 }
 
 fn decode_death(value: &Value) -> Result<Death, String> {

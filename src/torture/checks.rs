@@ -312,7 +312,7 @@ pub fn after_wconfd_start(shared: &Shared) {
     if let Some(config) = call(WconfdRequest::ReadConfig) {
         check_config(shared, &config, "after a wconfd start");
     }
-    if let Some(table) = call(WconfdRequest::ListAllLocksOwners) {
+    if let Some(table) = call(WconfdRequest::ListAllLocksOwners { tokens: false }) {
         check_table(shared, &table);
         // The two listings agree for the lock clients' owners (runners
         // change theirs meanwhile).

@@ -533,6 +533,7 @@ impl LockClient<'_> {
                 request,
             },
             Kind::Await => WconfdRequest::AwaitLocks {
+                fence: false,
                 owner: owner_now,
                 priority: 0,
                 request,

@@ -37,8 +37,9 @@ use crate::locks::{
     Entry, Level, LockManager, LockName, LockOp, Mode, OpOutcome, Owner, PendingRequest, Priority,
 };
 use crate::protocol::wconfd::{
-    DecodeLimits, WconfdRequest, encode_entry, encode_lock_modes, encode_locks,
-    encode_locks_owners, encode_owner, encode_owners, encode_pending, encode_waiter, lock_error,
+    DecodeLimits, WconfdRequest, encode_death, encode_entry, encode_fence, encode_lock_modes,
+    encode_locks, encode_locks_owners, encode_owner, encode_owners, encode_pending, encode_waiter,
+    encode_what_if, lock_error,
 };
 use crate::protocol::{WireError, parse_request};
 use crate::settings::Settings;
@@ -56,6 +57,8 @@ const FIRST_DYNAMIC_TOKEN: usize = 2;
 struct Await {
     token: Token,
     request: Vec<Entry>,
+    /// Answer in the fenced form (an object with the grant's token).
+    fence: bool,
 }
 
 /// A pidfd watching the process of some owners.
@@ -193,10 +196,19 @@ impl Server {
     /// Start-up cleaning: frees every owner whose livelock is dead, makes
     /// that durable, tells the waiters it granted, removes stale livelock
     /// files, and starts watching the processes of the owners left.
-    /// Start-up cleaning: frees every owner whose livelock is dead, makes
-    /// that durable, tells the waiters it granted, removes stale livelock
-    /// files, and starts watching the processes of the owners left.
     pub(super) fn recover(&mut self) -> Result<(), DaemonError> {
+        let policy = self.state.settings.wconfd.lock_policy();
+        if self.state.manager.policy() != policy {
+            // Journaled, so that a replay judges what came before under
+            // the policy of its time and what comes after under this one.
+            let granted = self.state.run(LockOp::SetPolicy { policy });
+            tracing::info!(
+                fairness = policy.fairness.as_str(),
+                deadlock_check = policy.deadlocks.as_str(),
+                granted = granted.granted().len(),
+                "lock policy changed; waiting requests judged again"
+            );
+        }
         let owners = self.state.manager.owners();
         let freed = self.state.free_dead(&owners);
         if freed > 0 {
@@ -306,7 +318,10 @@ impl Server {
                 continue;
             }
             let reply = match self.state.end_await_of_token(token) {
-                Some((owner, waiting)) => Ok(encode_owners(
+                Some((owner, waiting)) => Ok(self.state.await_answer(
+                    &owner,
+                    &waiting.request,
+                    waiting.fence,
                     &self.state.manager.blockers(&owner, &waiting.request),
                 )),
                 None => Err(WireError::generic("the await was lost")),
@@ -329,7 +344,12 @@ impl Server {
         for owner in std::mem::take(&mut self.state.turn_granted) {
             self.state.waiting_since.remove(&owner);
             match self.state.end_await_of_owner(&owner) {
-                Some(token) => self.connections.release(token, Ok(json!([]))),
+                Some(waiting) => {
+                    let answer =
+                        self.state
+                            .await_answer(&owner, &waiting.request, waiting.fence, &[]);
+                    self.connections.release(waiting.token, Ok(answer))
+                }
                 None => sighups.push(owner),
             }
         }
@@ -342,9 +362,9 @@ impl Server {
                     .or_insert(now);
             } else {
                 self.state.waiting_since.remove(&owner);
-                if let Some(token) = self.state.end_await_of_owner(&owner) {
+                if let Some(waiting) = self.state.end_await_of_owner(&owner) {
                     self.connections.release(
-                        token,
+                        waiting.token,
                         Err(WireError::generic(
                             "the pending request was dropped (its locks were freed)",
                         )),
@@ -541,7 +561,27 @@ impl State {
             }
             R::ListLocks { owner } => Ok(encode_lock_modes(&self.manager.list_locks(&owner))),
             R::ListAllLocks => Ok(encode_locks(&self.manager.list_all_locks())),
-            R::ListAllLocksOwners => Ok(encode_locks_owners(&self.manager.list_all_locks_owners())),
+            R::ListAllLocksOwners { tokens: false } => {
+                Ok(encode_locks_owners(&self.manager.list_all_locks_owners()))
+            }
+            R::ListAllLocksOwners { tokens: true } => Ok(self.locks_owners_with_grants()),
+            R::CheckFence { owner, lock, token } => {
+                let last = self.manager.last_token();
+                if token > last {
+                    Err(WireError::generic(format!(
+                        "checkFence: token {token} was never issued (the last issued is {last})"
+                    )))
+                } else {
+                    Ok(json!(self.manager.check_fence(&owner, &lock, token)))
+                }
+            }
+            R::WhatIfLocks {
+                owner,
+                request,
+                priority,
+            } => Ok(encode_what_if(
+                &self.manager.what_if(&owner, priority, &request),
+            )),
             R::ListLocksWaitingStatus => Ok(json!([
                 encode_locks_owners(&self.manager.list_all_locks_owners()),
                 encode_pending(&self.manager.list_pending())
@@ -566,9 +606,19 @@ impl State {
                 priority,
                 request,
                 timeout_ms,
-            } => return self.await_locks(token, owner, priority, request, timeout_ms),
+                fence,
+            } => return self.await_locks(token, owner, priority, request, timeout_ms, fence),
             R::FreeLocks { owner } => {
-                self.run(LockOp::FreeLocks { owner });
+                // A free asked for an owner whose livelock is dead (luxid,
+                // for a runner that died) is a death: its next grantees
+                // are told.
+                let dead =
+                    self.manager.has_owner(&owner) && liveness::is_dead(Path::new(&owner.livelock));
+                self.run(if dead {
+                    LockOp::FreeDead { owner }
+                } else {
+                    LockOp::FreeLocks { owner }
+                });
                 Ok(json!([]))
             }
             R::FreeLocksLevel { owner, level } => {
@@ -814,6 +864,7 @@ impl State {
         priority: Priority,
         request: Vec<Entry>,
         timeout_ms: u64,
+        fence: bool,
     ) -> Reply {
         self.via_await = true;
         let outcome = self.run(LockOp::UpdateWaiting {
@@ -830,25 +881,79 @@ impl State {
             }
         };
         if blockers.is_empty() || timeout_ms == 0 {
-            return Reply::Now(Ok(encode_owners(&blockers)));
+            return Reply::Now(Ok(self.await_answer(&owner, &request, fence, &blockers)));
         }
         let owner = Arc::new(owner);
         // A re-sent await (a client that reconnected) replaces the old one,
         // which is answered as if it had timed out.
         if let Some(previous) = self.end_await_of_owner(&owner) {
-            self.releases.push((previous, Ok(encode_owners(&blockers))));
+            let answer = self.await_answer(&owner, &request, previous.fence, &blockers);
+            self.releases.push((previous.token, Ok(answer)));
         }
         self.held_owners.insert(token, Arc::clone(&owner));
-        self.awaits.insert(owner, Await { token, request });
+        self.awaits.insert(
+            owner,
+            Await {
+                token,
+                request,
+                fence,
+            },
+        );
         Reply::Held(Instant::now() + Duration::from_millis(timeout_ms))
     }
 
     /// Ends the held `awaitLocks` of `owner`, if any: answers the
-    /// connection to release it on.
-    fn end_await_of_owner(&mut self, owner: &Owner) -> Option<Token> {
+    /// connection to release it on, and whether it asked for the fence.
+    fn end_await_of_owner(&mut self, owner: &Owner) -> Option<Await> {
         let waiting = self.awaits.remove(owner)?;
         self.held_owners.remove(&waiting.token);
-        Some(waiting.token)
+        Some(waiting)
+    }
+
+    /// An `awaitLocks` answer: the blockers, or with `fence` an object
+    /// with them and, once granted, the grant's token and dead previous
+    /// holders.
+    fn await_answer(
+        &self,
+        owner: &Owner,
+        request: &[Entry],
+        fence: bool,
+        blockers: &[Arc<Owner>],
+    ) -> Value {
+        if !fence {
+            return encode_owners(blockers);
+        }
+        match (blockers.is_empty(), self.manager.fence_of(owner, request)) {
+            (true, Some((token, died))) => encode_fence(token, &died),
+            _ => json!({"blockers": encode_owners(blockers)}),
+        }
+    }
+
+    /// `listAllLocksOwners [{"tokens": true}]`: each holder as `[owner,
+    /// mode, {"token", "died"}]`.
+    fn locks_owners_with_grants(&self) -> Value {
+        Value::Array(
+            self.manager
+                .list_all_locks_owners()
+                .iter()
+                .map(|(lock, holders)| {
+                    let holders: Vec<Value> = holders
+                        .iter()
+                        .map(|(owner, mode)| {
+                            let grant =
+                                self.manager.grant(owner, lock).cloned().unwrap_or_default();
+                            let mut about = json!({"token": grant.token});
+                            if !grant.died.is_empty() {
+                                about["died"] =
+                                    Value::Array(grant.died.iter().map(encode_death).collect());
+                            }
+                            json!([encode_owner(owner), mode.as_str(), about])
+                        })
+                        .collect();
+                    json!([lock.to_string(), holders])
+                })
+                .collect(),
+        )
     }
 
     /// Ends the held `awaitLocks` of connection `token`, if any.
@@ -910,7 +1015,7 @@ impl State {
                     .map(|(lock, mode)| (lock.to_string(), mode))
                     .collect();
                 self.events.owner_dead(owner, &held, waited);
-                self.run(LockOp::FreeLocks {
+                self.run(LockOp::FreeDead {
                     owner: Owner::clone(owner),
                 });
                 dead_livelocks.insert(&owner.livelock);

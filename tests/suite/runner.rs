@@ -222,6 +222,18 @@ fn exec_gets_its_stdin_and_a_minimal_environment() {
     assert_eq!(messages(&job, 0), ["a", "b"]);
     let mut env = messages(&job, 1);
     env.sort();
+    // The fence of the opcode's lock grant (D65): a number that varies.
+    let fence = env
+        .iter()
+        .position(|line| line.starts_with("WARDEN_FENCE="))
+        .expect("WARDEN_FENCE is set");
+    let token = env.remove(fence);
+    assert!(
+        token["WARDEN_FENCE=".len()..]
+            .parse::<u64>()
+            .is_ok_and(|token| token > 0),
+        "{token}"
+    );
     assert_eq!(
         env,
         [
@@ -230,7 +242,7 @@ fn exec_gets_its_stdin_and_a_minimal_environment() {
             format!("WARDEN_ROOT={}", root.display()),
         ]
     );
-    assert_eq!(serials(&job), [1, 2, 3, 4, 5]);
+    assert_eq!(serials(&job), [1, 2, 3, 4, 5, 6]);
 }
 
 #[test]

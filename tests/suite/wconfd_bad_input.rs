@@ -204,14 +204,13 @@ fn an_etx_inside_a_string_splits_the_frame_and_the_stream_resynchronises() {
 }
 
 /// Every method and its number of arguments.
-const METHODS: [(&str, usize); 23] = [
+const METHODS: [(&str, usize); 22] = [
     ("echo", 1),
     ("cleanupLocks", 0),
     ("readConfig", 0),
     ("verifyConfig", 0),
     ("flushConfig", 0),
     ("listAllLocks", 0),
-    ("listAllLocksOwners", 0),
     ("listLocksWaitingStatus", 0),
     ("writeConfig", 2),
     ("writeConfigAndUnlock", 2),
@@ -222,12 +221,20 @@ const METHODS: [(&str, usize); 23] = [
     ("freeLocks", 1),
     ("tryUpdateLocks", 2),
     ("updateLocksWaiting", 3),
-    ("awaitLocks", 4),
+    ("checkFence", 3),
     ("freeLocksLevel", 2),
     ("downGradeLocksLevel", 2),
     ("intersectLocks", 2),
     ("opportunisticLockUnion", 2),
     ("guardedOpportunisticLockUnion", 3),
+];
+
+/// The methods whose last arguments are optional (extensions of Ganeti's
+/// methods, and `whatIfLocks`): fewest and most arguments.
+const RANGED_METHODS: [(&str, usize, usize); 3] = [
+    ("listAllLocksOwners", 0, 1),
+    ("awaitLocks", 4, 5),
+    ("whatIfLocks", 2, 3),
 ];
 
 #[test]
@@ -246,6 +253,17 @@ fn wrong_argument_counts_are_refused_for_every_method() {
                 "{method} takes {count} argument{}, got {got}",
                 if count == 1 { "" } else { "s" }
             );
+            assert_refused(&mut client, method, args, &expected);
+        }
+    }
+    for (method, fewest, most) in RANGED_METHODS {
+        let mut wrong = vec![most + 1, most + 5];
+        if fewest > 0 {
+            wrong.push(fewest - 1);
+        }
+        for got in wrong {
+            let args = Value::Array(vec![fixture.owner(); got]);
+            let expected = format!("{method} takes {fewest} to {most} arguments, got {got}");
             assert_refused(&mut client, method, args, &expected);
         }
     }

@@ -1,0 +1,384 @@
+//! The lock extensions over the wire: fencing tokens (across kill -9 of
+//! wconfd), "previous holder died", `checkFence`, `whatIfLocks`, fifo
+//! fairness against a stream of shared requests (and Ganeti's mode
+//! starving the same request), and a conversion deadlock refused with its
+//! cycle. Owners are real processes holding their livelocks.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::daemon::{Client, OwnerProcess, Wconfd, request, try_update, wait_until};
+
+fn fenced_await(client: &mut Client, owner: &OwnerProcess, entries: &[(&str, &str)]) -> Value {
+    client.ok(
+        "awaitLocks",
+        json!([owner.owner(), 0, request(entries), 5000, {"fence": true}]),
+    )
+}
+
+fn token_of(answer: &Value) -> u64 {
+    answer["token"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no token in {answer}"))
+}
+
+#[test]
+fn tokens_increase_per_grant_and_across_a_kill_of_wconfd() {
+    let mut wconfd = Wconfd::start();
+    let mut client = wconfd.client();
+    let j1 = OwnerProcess::spawn(&wconfd.livelock_dir(), 1);
+    let j2 = OwnerProcess::spawn(&wconfd.livelock_dir(), 2);
+    let first = fenced_await(
+        &mut client,
+        &j1,
+        &[("cluster/BGL", "shared"), ("instance/a", "exclusive")],
+    );
+    assert_eq!(first["blockers"], json!([]));
+    assert_eq!(first["died"], json!([]));
+    let t1 = token_of(&first);
+    // The same request again is no new grant: the same token.
+    let again = fenced_await(
+        &mut client,
+        &j1,
+        &[("cluster/BGL", "shared"), ("instance/a", "exclusive")],
+    );
+    assert_eq!(token_of(&again), t1);
+    let second = fenced_await(&mut client, &j2, &[("instance/b", "exclusive")]);
+    let t2 = token_of(&second);
+    assert!(t2 > t1, "{t2} after {t1}");
+    // A Ganeti client's answer is unchanged: blockers only.
+    assert_eq!(
+        client.ok(
+            "awaitLocks",
+            json!([j2.owner(), 0, request(&[("instance/b", "exclusive")]), 0])
+        ),
+        json!([])
+    );
+    // The listing with tokens; without, Ganeti's form.
+    let table = client.ok("listAllLocksOwners", json!([{"tokens": true}]));
+    let row = table
+        .as_array()
+        .expect("rows")
+        .iter()
+        .find(|row| row[0] == "instance/a")
+        .expect("instance/a listed")
+        .clone();
+    assert_eq!(row[1], json!([[j1.owner(), "exclusive", {"token": t1}]]));
+    assert!(
+        client.ok("listAllLocksOwners", json!([]))[0][1]
+            .as_array()
+            .expect("holders")
+            .iter()
+            .all(|holder| holder.as_array().expect("pair").len() == 2)
+    );
+    assert_eq!(
+        client.ok("checkFence", json!([j1.owner(), "instance/a", t1])),
+        json!(true)
+    );
+    assert_eq!(
+        client.ok("checkFence", json!([j2.owner(), "instance/a", t1])),
+        json!(false)
+    );
+    wconfd.kill9();
+    let wconfd = Wconfd::restart_on(wconfd.root());
+    let mut client = wconfd.client();
+    // Held grants keep their tokens; the next grant is past every one.
+    assert_eq!(
+        client.ok("checkFence", json!([j1.owner(), "instance/a", t1])),
+        json!(true)
+    );
+    let third = fenced_await(&mut client, &j2, &[("instance/c", "exclusive")]);
+    assert!(token_of(&third) > t2);
+    // Released: the token is no longer current.
+    client.ok("freeLocks", json!([j1.owner()]));
+    assert_eq!(
+        client.ok("checkFence", json!([j1.owner(), "instance/a", t1])),
+        json!(false)
+    );
+}
+
+#[test]
+fn check_fence_refuses_bad_tokens_clearly() {
+    let wconfd = Wconfd::start();
+    let mut client = wconfd.client();
+    let j1 = OwnerProcess::spawn(&wconfd.livelock_dir(), 1);
+    let granted = fenced_await(&mut client, &j1, &[("node/n1", "exclusive")]);
+    let token = token_of(&granted);
+    let (class, text) = client.fails("checkFence", json!([j1.owner(), "node/n1", token + 5]));
+    assert_eq!(class, "GenericError");
+    assert!(text.contains("never issued"), "{text}");
+    for bad in [json!(-1), json!("7"), json!(1.5), json!(null)] {
+        let (class, text) = client.fails("checkFence", json!([j1.owner(), "node/n1", bad]));
+        assert_eq!(class, "GenericError");
+        assert!(text.contains("argument 3"), "{text}");
+    }
+    let (_, text) = client.fails("checkFence", json!([j1.owner(), "nolevel/x", token]));
+    assert!(text.contains("nolevel/x"), "{text}");
+    // Unknown owner or lock, token 0: not current.
+    let stranger = OwnerProcess::spawn(&wconfd.livelock_dir(), 9);
+    assert_eq!(
+        client.ok("checkFence", json!([stranger.owner(), "node/n1", token])),
+        json!(false)
+    );
+    assert_eq!(
+        client.ok("checkFence", json!([j1.owner(), "node/n2", token])),
+        json!(false)
+    );
+    assert_eq!(
+        client.ok("checkFence", json!([j1.owner(), "node/n1", 0])),
+        json!(false)
+    );
+    // Options of awaitLocks and listAllLocksOwners are checked.
+    let (_, text) = client.fails(
+        "awaitLocks",
+        json!([j1.owner(), 0, request(&[("node/n1", "exclusive")]), 0, {"fenced": true}]),
+    );
+    assert!(text.contains("unknown option"), "{text}");
+    let (_, text) = client.fails("listAllLocksOwners", json!([{"tokens": 1}]));
+    assert!(text.contains("not a boolean"), "{text}");
+}
+
+#[test]
+fn the_next_holder_is_told_its_predecessor_died_and_not_after_a_release() {
+    let wconfd = Wconfd::start();
+    let mut client = wconfd.client();
+    let mut j1 = OwnerProcess::spawn(&wconfd.livelock_dir(), 1);
+    let j2 = OwnerProcess::spawn(&wconfd.livelock_dir(), 2);
+    let j3 = OwnerProcess::spawn(&wconfd.livelock_dir(), 3);
+    let t1 = token_of(&fenced_await(
+        &mut client,
+        &j1,
+        &[("instance/a", "exclusive")],
+    ));
+    // J2 waits; J1 dies; wconfd frees it and J2's grant is told.
+    client.send(
+        "awaitLocks",
+        json!([j2.owner(), 0, request(&[("instance/a", "exclusive")]), 10_000, {"fence": true}]),
+    )
+    .expect("send");
+    std::thread::sleep(Duration::from_millis(50));
+    j1.kill9();
+    let granted = client.read_response().expect("answer").expect("granted");
+    assert_eq!(granted["blockers"], json!([]));
+    assert_eq!(
+        granted["died"],
+        json!([{"lock": "instance/a", "owner": j1.owner(), "token": t1}])
+    );
+    let table = client.ok("listAllLocksOwners", json!([{"tokens": true}]));
+    let holder = table
+        .as_array()
+        .expect("rows")
+        .iter()
+        .find(|row| row[0] == "instance/a")
+        .expect("listed")[1][0]
+        .clone();
+    assert_eq!(holder[2]["died"][0]["owner"], j1.owner());
+    // J2 releases: J3 is told nothing.
+    client.ok("freeLocks", json!([j2.owner()]));
+    let third = fenced_await(&mut client, &j3, &[("instance/a", "exclusive")]);
+    assert_eq!(third["died"], json!([]));
+}
+
+#[test]
+fn a_conversion_deadlock_is_refused_with_its_cycle_and_changes_nothing() {
+    let wconfd = Wconfd::start();
+    let mut client = wconfd.client();
+    let j1 = OwnerProcess::spawn(&wconfd.livelock_dir(), 1);
+    let j2 = OwnerProcess::spawn(&wconfd.livelock_dir(), 2);
+    for owner in [&j1, &j2] {
+        assert_eq!(
+            try_update(&mut client, owner, &[("instance/a", "shared")]),
+            json!([])
+        );
+    }
+    let upgrade = request(&[("instance/a", "exclusive")]);
+    assert_eq!(
+        client.ok("updateLocksWaiting", json!([j1.owner(), 0, upgrade])),
+        json!([j2.owner()])
+    );
+    let before = client.ok("listLocksWaitingStatus", json!([]));
+    let what_if = client.ok("whatIfLocks", json!([j2.owner(), upgrade]));
+    assert_eq!(what_if["granted"], json!(false));
+    assert!(
+        what_if["error"]
+            .as_str()
+            .expect("error")
+            .starts_with("Deadlock")
+    );
+    match client.call("updateLocksWaiting", json!([j2.owner(), 0, upgrade])) {
+        Ok(answer) => panic!("the cycle was not refused: {answer}"),
+        Err((class, args)) => {
+            assert_eq!(class, "GenericError");
+            let text = args[0].as_str().expect("text");
+            assert!(text.starts_with("Deadlock"), "{text}");
+            assert!(text.contains("instance/a shared"), "{text}");
+            let cycle = &args[1]["cycle"];
+            assert_eq!(cycle[0]["owner"], j1.owner());
+            assert_eq!(cycle[0]["holds"], json!([["instance/a", "shared"]]));
+            assert_eq!(cycle[1]["owner"], j2.owner());
+        }
+    }
+    assert_eq!(client.ok("listLocksWaitingStatus", json!([])), before);
+    // Off: it waits, as in Ganeti.
+    let wconfd = Wconfd::start_with_settings("[wconfd]\ndeadlock_check = \"off\"\n");
+    let mut client = wconfd.client();
+    let j1 = OwnerProcess::spawn(&wconfd.livelock_dir(), 1);
+    let j2 = OwnerProcess::spawn(&wconfd.livelock_dir(), 2);
+    for owner in [&j1, &j2] {
+        try_update(&mut client, owner, &[("instance/a", "shared")]);
+    }
+    client.ok("updateLocksWaiting", json!([j1.owner(), 0, upgrade]));
+    assert_eq!(
+        client.ok("updateLocksWaiting", json!([j2.owner(), 0, upgrade])),
+        json!([j1.owner()])
+    );
+}
+
+#[test]
+fn what_if_names_blockers_and_where_it_would_queue_changing_nothing() {
+    let wconfd = Wconfd::start_with_settings("[wconfd]\nfairness = \"fifo\"\n");
+    let mut client = wconfd.client();
+    let j1 = OwnerProcess::spawn(&wconfd.livelock_dir(), 1);
+    let j2 = OwnerProcess::spawn(&wconfd.livelock_dir(), 2);
+    let j3 = OwnerProcess::spawn(&wconfd.livelock_dir(), 3);
+    try_update(&mut client, &j1, &[("node/n1", "shared")]);
+    let group = request(&[("node/[lockset]", "exclusive")]);
+    client.ok("updateLocksWaiting", json!([j2.owner(), 0, group]));
+    let before = client.ok("listLocksWaitingStatus", json!([]));
+    let asked = request(&[("node/n2", "shared")]);
+    let what_if = client.ok("whatIfLocks", json!([j3.owner(), asked, 0]));
+    assert_eq!(what_if["granted"], json!(false));
+    assert_eq!(what_if["blockers"], json!([j2.owner()]));
+    assert_eq!(what_if["filed_under"], j2.owner());
+    assert_eq!(what_if["ahead"][0]["owner"], j2.owner());
+    assert_eq!(client.ok("listLocksWaitingStatus", json!([])), before);
+    let free = client.ok(
+        "whatIfLocks",
+        json!([j3.owner(), request(&[("instance/x", "exclusive")])]),
+    );
+    assert_eq!(free["granted"], json!(true));
+}
+
+/// 8 clients loop shared `node/n<i>` requests (each held `HOLD`); one
+/// client asks `node/[lockset]` exclusively. Answers how long it waited,
+/// or `None` if not granted within `limit`.
+fn exclusive_wait_under_shared_stream(settings: &str, limit: Duration) -> Option<Duration> {
+    const HOLD: Duration = Duration::from_millis(200);
+    let wconfd = Wconfd::start_with_settings(settings);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut streams = Vec::new();
+    for i in 0..8u64 {
+        let owner = OwnerProcess::spawn(&wconfd.livelock_dir(), 100 + i);
+        let mut client = wconfd.client();
+        let stop = std::sync::Arc::clone(&stop);
+        // Staggered so that some member is always held.
+        std::thread::sleep(HOLD / 8);
+        streams.push(std::thread::spawn(move || {
+            let lock = format!("node/n{i}");
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let answer = client.ok(
+                    "awaitLocks",
+                    json!([owner.owner(), 0, [[lock, "shared"]], 2000]),
+                );
+                if answer == json!([]) {
+                    std::thread::sleep(HOLD);
+                }
+                client.ok("freeLocks", json!([owner.owner()]));
+            }
+            drop(owner);
+        }));
+    }
+    std::thread::sleep(HOLD * 2);
+    let exclusive = OwnerProcess::spawn(&wconfd.livelock_dir(), 1);
+    let mut client = wconfd.client();
+    let started = Instant::now();
+    let mut waited = None;
+    while started.elapsed() < limit {
+        let left = limit.saturating_sub(started.elapsed()).as_millis() as u64;
+        let answer = client.ok(
+            "awaitLocks",
+            json!([
+                exclusive.owner(),
+                0,
+                [["node/[lockset]", "exclusive"]],
+                left.max(1)
+            ]),
+        );
+        if answer == json!([]) {
+            waited = Some(started.elapsed());
+            break;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    client.ok("freeLocks", json!([exclusive.owner()]));
+    for stream in streams {
+        stream.join().expect("stream thread");
+    }
+    waited
+}
+
+#[test]
+fn fifo_grants_an_exclusive_group_request_within_two_holds_and_ganeti_mode_starves_it() {
+    let _guard = crate::daemon::timing_guard();
+    // Bound: the holds granted before it queued end within one hold (200
+    // ms); 2 holds leave room for a loaded machine's scheduling.
+    let fifo = exclusive_wait_under_shared_stream(
+        "[wconfd]\nfairness = \"fifo\"\n",
+        Duration::from_secs(5),
+    )
+    .expect("fifo grants the exclusive request");
+    assert!(
+        fifo <= Duration::from_millis(400),
+        "fifo took {fifo:?}, over 2 holds"
+    );
+    let ganeti = exclusive_wait_under_shared_stream("", Duration::from_secs(2));
+    assert_eq!(
+        ganeti, None,
+        "Ganeti's mode let the exclusive request through"
+    );
+}
+
+#[test]
+fn a_policy_change_at_restart_judges_the_waiters_again() {
+    let mut wconfd = Wconfd::start_with_settings("[wconfd]\nfairness = \"fifo\"\n");
+    let mut client = wconfd.client();
+    let j1 = OwnerProcess::spawn(&wconfd.livelock_dir(), 1);
+    let j2 = OwnerProcess::spawn(&wconfd.livelock_dir(), 2);
+    let j3 = OwnerProcess::spawn(&wconfd.livelock_dir(), 3);
+    try_update(&mut client, &j1, &[("node/n1", "shared")]);
+    client.ok(
+        "updateLocksWaiting",
+        json!([j2.owner(), 0, request(&[("node/[lockset]", "exclusive")])]),
+    );
+    // Queued behind J2 only.
+    assert_eq!(
+        client.ok(
+            "updateLocksWaiting",
+            json!([j3.owner(), 0, request(&[("node/n2", "shared")])])
+        ),
+        json!([j2.owner()])
+    );
+    wconfd.stop();
+    std::fs::write(
+        wconfd.root().path().join("warden.toml"),
+        "[wconfd]\nfairness = \"ganeti\"\n",
+    )
+    .expect("settings");
+    let wconfd = Wconfd::restart_on(wconfd.root());
+    let mut client = wconfd.client();
+    wait_until(
+        "J3 granted under Ganeti's fairness",
+        Duration::from_secs(5),
+        || {
+            !client
+                .ok("hasPendingRequest", json!([j3.owner()]))
+                .as_bool()
+                .expect("bool")
+        },
+    );
+    assert_eq!(
+        client.ok("listLocks", json!([j3.owner()])),
+        json!([["node/n2", "shared"]])
+    );
+}
