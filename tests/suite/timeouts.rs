@@ -509,7 +509,11 @@ fn a_killed_job_is_never_retried_on_death() {
         sh(&format!("echo run >> {}; sleep 30", runs.display())),
         json!({"retry": {"max": 3, "on_death": true}})
     )]));
-    wait_for_file(&runs);
+    // The shell creates the file before it writes the line: wait for the
+    // line, or a kill in between leaves the file empty.
+    wait_until("the program ran", DEADLINE, || {
+        fs::read_to_string(&runs).is_ok_and(|runs| runs == "run\n")
+    });
     cluster.client().ok("CancelJob", json!([id, true]));
     assert_eq!(cluster.wait_final(id), "error", "{}", cluster.logs());
     assert!(attempts(&cluster, id).is_empty());
