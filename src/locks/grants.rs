@@ -13,6 +13,7 @@
 //!   the group's other members may still need repair.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
 
 use super::allocation::OwnerRef;
 use super::name::LockName;
@@ -95,39 +96,18 @@ impl Grants {
         if self.in_one_grant {
             self.open = Some(token);
         }
+        let held = self.held.entry(OwnerRef::clone(owner)).or_default();
         for lock in locks {
-            let died = self.tell(lock);
-            self.held
-                .entry(OwnerRef::clone(owner))
-                .or_default()
-                .insert(lock.clone(), Grant { token, died });
-        }
-    }
-
-    /// The marks a grant of `lock` is told of, taking away those it covers.
-    fn tell(&mut self, lock: &LockName) -> Vec<Death> {
-        let mut died = Vec::new();
-        if let Some(group) = lock.group()
-            && let Some(death) = self.marks.get(&group)
-        {
-            died.push(death.clone());
-        }
-        if let Some(death) = self.marks.remove(lock) {
-            died.push(death);
-        }
-        if lock.is_group() {
-            let members: Vec<LockName> = self
-                .marks
-                .range(lock.clone()..)
-                .skip(1)
-                .take_while(|(member, _)| member.group().as_ref() == Some(lock))
-                .map(|(member, _)| member.clone())
-                .collect();
-            for member in members {
-                died.extend(self.marks.remove(&member));
+            let died = tell(&mut self.marks, lock);
+            match held.get_mut(lock) {
+                // A union that raises a lock it gave moments ago is still
+                // one grant: the deaths it was told of stay told.
+                Some(grant) if grant.token == token => grant.died.extend(died),
+                _ => {
+                    held.insert(lock.clone(), Grant { token, died });
+                }
             }
         }
-        died
     }
 
     /// Forgets the grants of locks `owner` no longer holds.
@@ -280,5 +260,120 @@ impl Grants {
                 "a mark with an unissued token"
             );
         }
+    }
+}
+
+/// The marks a grant of `lock` is told of, taking away those it covers.
+fn tell(marks: &mut BTreeMap<LockName, Death>, lock: &LockName) -> Vec<Death> {
+    let mut died = Vec::new();
+    if let Some(group) = lock.group()
+        && let Some(death) = marks.get(&group)
+    {
+        died.push(death.clone());
+    }
+    if let Some(death) = marks.remove(lock) {
+        died.push(death);
+    }
+    if lock.is_group() {
+        // The members sort right after their group; the group's own mark
+        // is gone already, so the range starts past it, not at it.
+        let members: Vec<LockName> = marks
+            .range((Bound::Excluded(lock.clone()), Bound::Unbounded))
+            .take_while(|(member, _)| member.group().as_ref() == Some(lock))
+            .map(|(member, _)| member.clone())
+            .collect();
+        for member in members {
+            died.extend(marks.remove(&member));
+        }
+    }
+    died
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn lock(text: &str) -> LockName {
+        LockName::parse(text).expect("a lock name")
+    }
+
+    fn owner(job: u64) -> OwnerRef {
+        Arc::new(Owner::job(
+            job,
+            format!("/livelock/{job}"),
+            100 + job as u32,
+        ))
+    }
+
+    fn told(grants: &Grants, owner: &Owner, name: &str) -> Vec<(String, Token)> {
+        let grant = grants.grant(owner, &lock(name)).expect("a grant");
+        grant
+            .died
+            .iter()
+            .map(|death| (death.lock.to_string(), death.token))
+            .collect()
+    }
+
+    #[test]
+    fn a_group_grant_is_told_of_every_marked_member_and_the_group() {
+        let mut grants = Grants::default();
+        let dead = owner(1);
+        grants.granted(&dead, &[lock("node/[lockset]")]);
+        grants.granted(&dead, &[lock("node/n1"), lock("node/n2")]);
+        grants.died(&dead, 100);
+        grants.released(
+            &dead,
+            &[lock("node/[lockset]"), lock("node/n1"), lock("node/n2")],
+        );
+
+        let next = owner(2);
+        grants.granted(&next, &[lock("node/[lockset]")]);
+        assert_eq!(
+            told(&grants, &next, "node/[lockset]"),
+            [
+                ("node/[lockset]".to_string(), 1),
+                ("node/n1".to_string(), 2),
+                ("node/n2".to_string(), 2)
+            ]
+        );
+        assert_eq!(grants.marks().count(), 0, "every mark was told");
+    }
+
+    #[test]
+    fn a_union_raising_a_lock_it_gave_keeps_the_death_it_was_told_of() {
+        let mut grants = Grants::default();
+        let dead = owner(1);
+        grants.granted(&dead, &[lock("instance/i1")]);
+        grants.died(&dead, 100);
+        grants.released(&dead, &[lock("instance/i1")]);
+
+        let next = owner(2);
+        grants.begin_grant();
+        grants.granted(&next, &[lock("instance/i1")]);
+        grants.granted(&next, &[lock("instance/i1")]);
+        grants.end_grant();
+        assert_eq!(
+            told(&grants, &next, "instance/i1"),
+            [("instance/i1".to_string(), 1)]
+        );
+        assert_eq!(grants.grant(&next, &lock("instance/i1")).unwrap().token, 2);
+    }
+
+    #[test]
+    fn a_member_grant_is_told_of_its_group_and_leaves_the_mark() {
+        let mut grants = Grants::default();
+        let dead = owner(1);
+        grants.granted(&dead, &[lock("node/[lockset]")]);
+        grants.died(&dead, 100);
+        grants.released(&dead, &[lock("node/[lockset]")]);
+        let next = owner(2);
+        grants.granted(&next, &[lock("node/n1")]);
+        assert_eq!(
+            told(&grants, &next, "node/n1"),
+            [("node/[lockset]".to_string(), 1)]
+        );
+        assert_eq!(grants.marks().count(), 1);
     }
 }
