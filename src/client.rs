@@ -244,6 +244,12 @@ impl Client {
         self.wconfd(&WconfdRequest::ListAllLocksOwners { tokens: false })
     }
 
+    /// `listAllLocksOwners [{"tokens": true}]` *(extension)*: each holder
+    /// as `[owner, mode, {"token", "died"?}]`.
+    pub fn list_all_locks_owners_with_tokens(&mut self) -> Result<Value, ClientError> {
+        self.wconfd(&WconfdRequest::ListAllLocksOwners { tokens: true })
+    }
+
     /// `listWaiters` *(extension)*: every pending request with how long
     /// it has waited and who blocks it.
     pub fn list_waiters(&mut self) -> Result<Value, ClientError> {

@@ -63,7 +63,17 @@ impl Owner {
 /// One lock of the table and its direct holders.
 struct Lock {
     name: String,
-    holders: Vec<(Owner, String)>,
+    holders: Vec<Holder>,
+}
+
+struct Holder {
+    owner: Owner,
+    mode: String,
+    /// The fencing token it was granted with (0 for a holding restored
+    /// from a state saved before tokens).
+    token: u64,
+    /// The dead previous holders its grant was told of.
+    died: Value,
 }
 
 /// One pending request.
@@ -87,7 +97,7 @@ fn read_table(wconfd: &mut Client) -> CliResult<Table> {
             "wconfd answered {method} with something unexpected: {answer}"
         ))
     };
-    let owners = wconfd.list_all_locks_owners()?;
+    let owners = wconfd.list_all_locks_owners_with_tokens()?;
     let locks = owners
         .as_array()
         .ok_or_else(|| malformed("listAllLocksOwners", &owners))?
@@ -98,7 +108,15 @@ fn read_table(wconfd: &mut Client) -> CliResult<Table> {
                 .get(1)?
                 .as_array()?
                 .iter()
-                .map(|holder| Some((Owner(holder.get(0)?.clone()), text(holder.get(1)))))
+                .map(|holder| {
+                    let grant = holder.get(2)?;
+                    Some(Holder {
+                        owner: Owner(holder.get(0)?.clone()),
+                        mode: text(holder.get(1)),
+                        token: grant.get("token")?.as_u64()?,
+                        died: grant.get("died").cloned().unwrap_or_else(|| json!([])),
+                    })
+                })
                 .collect::<Option<Vec<_>>>()?;
             Some(Lock { name, holders })
         })
@@ -143,7 +161,7 @@ fn election(table: &Table) -> (Option<u64>, usize) {
         .iter()
         .filter(|lock| lock.name == REPORTER_LOCK)
         .flat_map(|lock| &lock.holders)
-        .find_map(|(owner, _)| owner.0.get(2).and_then(Value::as_u64));
+        .find_map(|holder| holder.owner.0.get(2).and_then(Value::as_u64));
     let standing_by = table
         .waiters
         .iter()
@@ -305,9 +323,11 @@ fn table_json(table: &Table) -> Value {
     json!({
         "locks": table.locks.iter().map(|lock| json!({
             "lock": lock.name,
-            "owners": lock.holders.iter().map(|(owner, mode)| json!({
-                "owner": owner.json(),
-                "mode": mode,
+            "owners": lock.holders.iter().map(|holder| json!({
+                "owner": holder.owner.json(),
+                "mode": holder.mode,
+                "token": holder.token,
+                "died": holder.died,
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "waiters": table.waiters.iter().map(waiter_json).collect::<Vec<_>>(),
@@ -337,23 +357,25 @@ fn table_lines(output: &Output, table: &Table) -> Vec<String> {
                     lock.name.clone().into(),
                     "-".into(),
                     Cell::styled("(through its members)", Some(Style::Dim)),
+                    "".into(),
                 ]);
             }
-            for (index, (owner, mode)) in lock.holders.iter().enumerate() {
+            for (index, holder) in lock.holders.iter().enumerate() {
                 let name = if index == 0 {
                     lock.name.clone()
                 } else {
                     String::new()
                 };
-                let style = (mode == "exclusive").then_some(Style::Yellow);
+                let style = (holder.mode == "exclusive").then_some(Style::Yellow);
                 rows.push(vec![
                     name.into(),
-                    owner.label().into(),
-                    Cell::styled(mode, style),
+                    holder.owner.label().into(),
+                    Cell::styled(&holder.mode, style),
+                    token_text(&lock.name, holder).into(),
                 ]);
             }
         }
-        lines.extend(output.table_lines(&["LOCK", "OWNER", "MODE"], &rows));
+        lines.extend(output.table_lines(&["LOCK", "OWNER", "MODE", "TOKEN"], &rows));
     }
     if !table.waiters.is_empty() {
         lines.push(String::new());
@@ -374,6 +396,29 @@ fn table_lines(output: &Output, table: &Table) -> Vec<String> {
             .extend(output.table_lines(&["WAITER", "PRIO", "WAITING", "FOR", "BLOCKED BY"], &rows));
     }
     lines
+}
+
+/// A holding's fencing token, and the dead previous holders its grant
+/// was told of: `7 (job 3 died holding it)`.
+fn token_text(lock: &str, holder: &Holder) -> String {
+    let dead: Vec<String> = holder
+        .died
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|death| {
+            let owner = owner_list(&[Owner(death["owner"].clone())]);
+            match death["lock"].as_str() {
+                Some(held) if held != lock => format!("{owner} died holding {held}"),
+                _ => format!("{owner} died holding it"),
+            }
+        })
+        .collect();
+    if dead.is_empty() {
+        holder.token.to_string()
+    } else {
+        format!("{} ({})", holder.token, dead.join("; "))
+    }
 }
 
 fn request_text(waiter: &Waiter) -> String {
@@ -397,7 +442,7 @@ fn owner_list(owners: &[Owner]) -> String {
 }
 
 /// `locks --tree`: each owner that blocks others and waits for no one, and
-/// under it whom it blocks, recursively.
+/// under it whom it blocks, recursively; then every cycle of waits.
 fn print_tree(output: &Output, table: &Table) {
     let lines = tree_lines(output, table);
     if output.json {
@@ -406,7 +451,11 @@ fn print_tree(output: &Output, table: &Table) {
             .iter()
             .map(|root| tree_json(table, root, &mut BTreeSet::new()))
             .collect();
-        output.json_value(&json!({ "tree": json }), false);
+        let cycles: Vec<Vec<Value>> = cycles(table)
+            .iter()
+            .map(|cycle| cycle.iter().map(Owner::json).collect())
+            .collect();
+        output.json_value(&json!({ "tree": json, "cycles": cycles }), false);
     } else {
         for line in lines {
             output.line(&line);
@@ -414,8 +463,9 @@ fn print_tree(output: &Output, table: &Table) {
     }
 }
 
-/// Owners that block someone and wait for no one; if every blocker also
-/// waits (a deadlock), the smallest of them, so that nothing is hidden.
+/// Owners that block someone and wait for no one, then, for each cycle of
+/// waits that none of them leads to, its first owner, so that nothing is
+/// hidden.
 fn tree_roots(table: &Table) -> Vec<Owner> {
     let blockers: BTreeSet<&Owner> = table
         .waiters
@@ -428,10 +478,76 @@ fn tree_roots(table: &Table) -> Vec<Owner> {
         .filter(|owner| !waiting.contains(*owner))
         .map(|owner| (*owner).clone())
         .collect();
-    if roots.is_empty() {
-        roots.extend(blockers.iter().next().map(|owner| (*owner).clone()));
+    let mut shown: BTreeSet<Owner> = BTreeSet::new();
+    for root in &roots {
+        blocked_below(table, root, &mut shown);
+    }
+    for cycle in cycles(table) {
+        if !shown.contains(&cycle[0]) {
+            blocked_below(table, &cycle[0], &mut shown);
+            roots.push(cycle[0].clone());
+        }
     }
     roots
+}
+
+/// Adds every owner `owner` blocks, directly or through others, to `seen`.
+fn blocked_below(table: &Table, owner: &Owner, seen: &mut BTreeSet<Owner>) {
+    let mut stack = vec![owner.clone()];
+    while let Some(next) = stack.pop() {
+        for waiter in blocked_by(table, &next) {
+            if seen.insert(waiter.owner.clone()) {
+                stack.push(waiter.owner.clone());
+            }
+        }
+    }
+}
+
+/// The cycles of waits in the table (a deadlock wconfd let wait, with
+/// `deadlock_check = "off"`, or left from before it was turned on): one
+/// cycle through each knot of owners waiting for each other, each starting
+/// at its smallest owner, in order.
+fn cycles(table: &Table) -> Vec<Vec<Owner>> {
+    let waits_for: std::collections::BTreeMap<&Owner, &[Owner]> = table
+        .waiters
+        .iter()
+        .map(|waiter| (&waiter.owner, waiter.blockers.as_slice()))
+        .collect();
+    let mut done: BTreeSet<&Owner> = BTreeSet::new();
+    let mut found: BTreeSet<Vec<Owner>> = BTreeSet::new();
+    for start in waits_for.keys() {
+        if done.contains(start) {
+            continue;
+        }
+        // Depth first, the path on a stack with the blockers left to try.
+        let mut path: Vec<(&Owner, std::slice::Iter<Owner>)> =
+            vec![(start, waits_for[start].iter())];
+        while let Some((owner, next)) = path.last_mut() {
+            let owner: &Owner = owner;
+            match next.next() {
+                None => {
+                    done.insert(owner);
+                    path.pop();
+                }
+                Some(blocker) => {
+                    if let Some(at) = path.iter().position(|(on, _)| *on == blocker) {
+                        let mut cycle: Vec<Owner> =
+                            path[at..].iter().map(|(on, _)| (*on).clone()).collect();
+                        let smallest = (0..cycle.len())
+                            .min_by_key(|index| &cycle[*index])
+                            .unwrap_or(0);
+                        cycle.rotate_left(smallest);
+                        found.insert(cycle);
+                    } else if !done.contains(blocker)
+                        && let Some(onward) = waits_for.get(blocker)
+                    {
+                        path.push((blocker, onward.iter()));
+                    }
+                }
+            }
+        }
+    }
+    found.into_iter().collect()
 }
 
 fn holdings(table: &Table, owner: &Owner) -> String {
@@ -441,8 +557,8 @@ fn holdings(table: &Table, owner: &Owner) -> String {
         .flat_map(|lock| {
             lock.holders
                 .iter()
-                .filter(|(holder, _)| holder == owner)
-                .map(|(_, mode)| format!("{} {mode}", lock.name))
+                .filter(|holder| holder.owner == *owner)
+                .map(|holder| format!("{} {}", lock.name, holder.mode))
         })
         .collect();
     if held.is_empty() {
@@ -468,6 +584,22 @@ fn tree_lines(output: &Output, table: &Table) -> Vec<String> {
     for root in &roots {
         lines.push(format!("{}  {}", root.label(), holdings(table, root)));
         branch(output, table, root, "", &mut vec![root.clone()], &mut lines);
+    }
+    let cycles = cycles(table);
+    if !cycles.is_empty() {
+        lines.push(String::new());
+        for cycle in cycles {
+            let mut text = String::new();
+            for (index, owner) in cycle.iter().chain(&cycle[..1]).enumerate() {
+                text.push_str(match index {
+                    0 => "",
+                    1 => " waits for ",
+                    _ => ", which waits for ",
+                });
+                text.push_str(&owner.label());
+            }
+            lines.push(output.paint(&format!("deadlock: {text}"), Some(Style::Yellow)));
+        }
     }
     lines
 }
@@ -581,7 +713,7 @@ pub fn status(root: &Path, output: &Output) -> CliResult<Exit> {
             let owners: BTreeSet<&Owner> = table
                 .locks
                 .iter()
-                .flat_map(|lock| lock.holders.iter().map(|(owner, _)| owner))
+                .flat_map(|lock| lock.holders.iter().map(|holder| &holder.owner))
                 .collect();
             let held = table
                 .locks

@@ -141,7 +141,7 @@ fn why_lines(output: &Output, answer: &Value, indent: &str) -> Vec<String> {
             match reason["waits"].as_array() {
                 Some(waits) => {
                     for wait in waits {
-                        chain_lines(output, wait, &inner, &mut lines);
+                        chain_lines(output, wait, &inner, &mut Vec::new(), &mut lines);
                     }
                 }
                 None => lines.push(format!("{inner}({})", text(&reason["error"]))),
@@ -214,8 +214,16 @@ fn fitting_lines(output: &Output, reason: &Value, indent: &str, lines: &mut Vec<
     }
 }
 
-/// One pending request of a lock chain and whom it waits for.
-fn chain_lines(output: &Output, wait: &Value, indent: &str, lines: &mut Vec<String>) {
+/// One pending request of a lock chain and whom it waits for; `path` is
+/// the chain of waiters above it, so that a deadlock can be named whole.
+fn chain_lines(
+    output: &Output,
+    wait: &Value,
+    indent: &str,
+    path: &mut Vec<String>,
+    lines: &mut Vec<String>,
+) {
+    path.push(owner_label(wait));
     let waited = wait["waiting_seconds"].as_f64().unwrap_or(0.0);
     lines.push(format!(
         "{indent}{} waits {} for {}",
@@ -233,14 +241,56 @@ fn chain_lines(output: &Output, wait: &Value, indent: &str, lines: &mut Vec<Stri
             line.push_str(&format!(" ({count} locks in all)"));
         }
         if blocker["waits"]["deadlock"] == true {
+            let cycle = cycle_text(path, &owner_label(blocker));
             line.push_str(&format!(
                 "  {}",
-                output.paint("(deadlock: it waits for one above)", Some(Style::Yellow))
+                output.paint(&format!("(deadlock: {cycle})"), Some(Style::Yellow))
             ));
         }
         lines.push(line);
         if blocker["waits"].get("request").is_some() {
-            chain_lines(output, &blocker["waits"], &format!("{indent}    "), lines);
+            let indent = format!("{indent}    ");
+            chain_lines(output, &blocker["waits"], &indent, path, lines);
         }
+    }
+    path.pop();
+}
+
+/// The cycle a blocker already on `path` closes: `job 3 waits for job 5,
+/// which waits for job 3`.
+fn cycle_text(path: &[String], blocker: &str) -> String {
+    let start = path.iter().position(|label| label == blocker).unwrap_or(0);
+    let mut text = String::new();
+    for (index, label) in path[start..]
+        .iter()
+        .map(String::as_str)
+        .chain([blocker])
+        .enumerate()
+    {
+        text.push_str(match index {
+            0 => "",
+            1 => " waits for ",
+            _ => ", which waits for ",
+        });
+        text.push_str(label);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cycle_text;
+
+    #[test]
+    fn a_deadlock_is_named_from_the_blocker_on_the_path_back_to_it() {
+        let path = ["job 1", "job 3", "job 5"].map(String::from);
+        assert_eq!(
+            cycle_text(&path, "job 3"),
+            "job 3 waits for job 5, which waits for job 3"
+        );
+        assert_eq!(
+            cycle_text(&path[..2], "job 1"),
+            "job 1 waits for job 3, which waits for job 1"
+        );
     }
 }

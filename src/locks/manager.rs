@@ -759,6 +759,25 @@ impl LockManager {
         held
     }
 
+    /// The first `max` locks `holder` holds, in lock order, each with its
+    /// mode and the token it was granted with.
+    pub fn holdings_with_tokens(&self, holder: &Owner, max: usize) -> Vec<(LockName, Mode, Token)> {
+        let Some(holdings) = self.allocation.holdings(holder) else {
+            return Vec::new();
+        };
+        holdings
+            .iter()
+            .take(max)
+            .map(|(lock, mode)| {
+                let token = self
+                    .grants
+                    .grant(holder, lock)
+                    .map_or(0, |grant| grant.token);
+                (lock.clone(), *mode, token)
+            })
+            .collect()
+    }
+
     /// How many locks `holder` holds.
     pub fn held_count(&self, holder: &Owner) -> usize {
         self.allocation

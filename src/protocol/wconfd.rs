@@ -14,7 +14,7 @@ use super::workers::{
 use super::{Args, Request, WireError};
 use crate::jobs::JobId;
 use crate::locks::{
-    Action, Entry, Ident, Level, LockError, LockName, Mode, Owner, PendingRequest, Priority,
+    Action, Entry, Ident, Level, LockError, LockName, Mode, Owner, PendingRequest, Priority, Token,
 };
 use crate::text::shortened;
 use crate::workers::{Filter, Page, Request as WorkerRequest, Sort};
@@ -890,18 +890,27 @@ pub fn encode_pending(pending: &[PendingRequest]) -> Value {
 }
 
 /// One waiter of `listWaiters` *(extension)*: its pending request as
-/// `listLocksWaitingStatus` lists it, the seconds it has waited, and the
-/// owners that block it, in owner order.
+/// `listLocksWaitingStatus` lists it, what it holds already (the first
+/// locks, each with its mode and fencing token, and how many in all), the
+/// seconds it has waited, and the owners that block it, in owner order.
 pub fn encode_waiter(
     waiter: &PendingRequest,
     waiting_seconds: f64,
     blockers: &[impl AsRef<Owner>],
+    holds: &[(LockName, Mode, Token)],
+    holds_count: usize,
 ) -> Value {
     let request: Vec<Value> = waiter.request.iter().map(encode_entry).collect();
+    let holds: Vec<Value> = holds
+        .iter()
+        .map(|(lock, mode, token)| json!([lock.to_string(), mode.as_str(), token]))
+        .collect();
     json!({
         "priority": waiter.priority,
         "owner": encode_owner(&waiter.owner),
         "request": request,
+        "holds": holds,
+        "holds_count": holds_count,
         "waiting_seconds": waiting_seconds,
         "blockers": encode_owners(blockers),
     })

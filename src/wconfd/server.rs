@@ -1158,7 +1158,11 @@ impl State {
                         .get(&waiter.owner)
                         .map_or(0.0, |since| now.duration_since(*since).as_secs_f64());
                     let blockers = self.manager.blockers(&waiter.owner, &waiter.request);
-                    encode_waiter(waiter, waited, &blockers)
+                    let holds = self
+                        .manager
+                        .holdings_with_tokens(&waiter.owner, EXPLAIN_MEMBERS_MAX);
+                    let holds_count = self.manager.held_count(&waiter.owner);
+                    encode_waiter(waiter, waited, &blockers, &holds, holds_count)
                 })
                 .collect(),
         )

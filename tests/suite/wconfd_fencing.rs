@@ -382,3 +382,84 @@ fn a_policy_change_at_restart_judges_the_waiters_again() {
         json!([["node/n2", "shared"]])
     );
 }
+
+#[test]
+fn the_cli_shows_tokens_and_a_deadlock_left_waiting_with_deadlock_check_off() {
+    let wconfd = Wconfd::start_with_settings("[wconfd]\ndeadlock_check = \"off\"\n");
+    let mut client = wconfd.client();
+    let owners: Vec<OwnerProcess> = (1..=4)
+        .map(|job| OwnerProcess::spawn(&wconfd.livelock_dir(), job))
+        .collect();
+    let [j1, j2, j3, j4] = [&owners[0], &owners[1], &owners[2], &owners[3]];
+    // A plain wait (j4 behind j3) and, apart from it, a conversion deadlock
+    // (j1 and j2 share instance/a and both ask for it exclusively).
+    try_update(&mut client, j3, &[("node/n1", "exclusive")]);
+    client.ok(
+        "updateLocksWaiting",
+        json!([j4.owner(), 0, request(&[("node/n1", "exclusive")])]),
+    );
+    for owner in [j1, j2] {
+        try_update(&mut client, owner, &[("instance/a", "shared")]);
+    }
+    let upgrade = request(&[("instance/a", "exclusive")]);
+    client.ok("updateLocksWaiting", json!([j1.owner(), 0, upgrade]));
+    client.ok("updateLocksWaiting", json!([j2.owner(), 0, upgrade]));
+
+    let waiters = client.ok("listWaiters", json!([]));
+    let j1_waits = waiters
+        .as_array()
+        .expect("waiters")
+        .iter()
+        .find(|waiter| waiter["owner"] == j1.owner())
+        .unwrap_or_else(|| panic!("j1 waits: {waiters}"));
+    let token = j1_waits["holds"][0][2].as_u64().expect("a token");
+    assert_eq!(j1_waits["holds"], json!([["instance/a", "shared", token]]));
+    assert_eq!(j1_waits["holds_count"], json!(1));
+    assert!(
+        client.ok("checkFence", json!([j1.owner(), "instance/a", token])) == json!(true),
+        "the token listWaiters shows is the current grant"
+    );
+
+    let root = wconfd.root().path();
+    let tree = crate::cli::json_of(&root, &["locks", "--tree"]);
+    let ident = |owner: &OwnerProcess| owner.owner()[0].clone();
+    assert_eq!(
+        tree["cycles"],
+        json!([[
+            {"ident": ident(j1), "livelock": j1.owner()[1], "pid": j1.owner()[2]},
+            {"ident": ident(j2), "livelock": j2.owner()[1], "pid": j2.owner()[2]}
+        ]]),
+        "{tree}"
+    );
+    let roots: Vec<&Value> = tree["tree"]
+        .as_array()
+        .expect("tree")
+        .iter()
+        .map(|root| &root["owner"]["ident"])
+        .collect();
+    assert_eq!(
+        roots,
+        [&ident(j3), &ident(j1)],
+        "the knot is shown too: {tree}"
+    );
+    let human = crate::cli::stdout(&crate::cli::expect(&root, &["locks", "--tree"], 0));
+    assert!(
+        human.contains("deadlock: job 1 (pid") && human.contains("waits for job 2 (pid"),
+        "{human}"
+    );
+    let table = crate::cli::json_of(&root, &["locks"]);
+    let held = table["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .find(|lock| lock["lock"] == "node/n1")
+        .unwrap_or_else(|| panic!("node/n1 is held: {table}"));
+    assert!(
+        held["owners"][0]["token"]
+            .as_u64()
+            .is_some_and(|token| token > 0),
+        "{table}"
+    );
+    let human = crate::cli::stdout(&crate::cli::expect(&root, &["locks"], 0));
+    assert!(human.contains("TOKEN"), "{human}");
+}
