@@ -35,6 +35,7 @@ pub trait LockChange {
     fn lock_released_notification(&mut self, _event: &EventLine) {}
     fn lock_waiting_notification(&mut self, _event: &EventLine) {}
     fn lock_withdrawn_notification(&mut self, _event: &EventLine) {}
+    fn lock_deadlock_notification(&mut self, _event: &EventLine) {}
     fn owner_dead_notification(&mut self, _event: &EventLine) {}
     fn config_written_notification(&mut self, _event: &EventLine) {}
     /// `worker.<state>` (`state` lower case), `worker.groups`,
@@ -65,6 +66,7 @@ pub fn notify_locks(event: &EventLine, listener: &mut dyn LockChange) {
         "lock.released" => listener.lock_released_notification(event),
         "lock.waiting" => listener.lock_waiting_notification(event),
         "lock.withdrawn" => listener.lock_withdrawn_notification(event),
+        "lock.deadlock" => listener.lock_deadlock_notification(event),
         "owner.dead" => listener.owner_dead_notification(event),
         "config.written" => listener.config_written_notification(event),
         kind => {

@@ -338,12 +338,31 @@ impl Allocation {
         }
     }
 
-    fn apply_entry(&mut self, owner: &OwnerRef, entry: &Entry) {
+    /// [`Allocation::apply`], noting the locks it raises (newly held, or
+    /// shared to exclusive) in `raised` and those it lets go in `released`.
+    pub fn apply_noting(
+        &mut self,
+        owner: &OwnerRef,
+        request: &[Entry],
+        raised: &mut Vec<LockName>,
+        released: &mut Vec<LockName>,
+    ) {
+        for entry in request {
+            match self.apply_entry(owner, entry) {
+                (before, Some(after)) if before < Some(after) => raised.push(entry.lock.clone()),
+                (Some(_), None) => released.push(entry.lock.clone()),
+                _ => {}
+            }
+        }
+    }
+
+    /// Applies one entry; answers the lock's mode before and after.
+    fn apply_entry(&mut self, owner: &OwnerRef, entry: &Entry) -> (Option<Mode>, Option<Mode>) {
         let lock = &entry.lock;
         let before = self.mode_held(owner, lock);
         let after = entry.action.target();
         if before == after {
-            return;
+            return (before, after);
         }
         if let Some(changes) = &mut self.changes {
             changes.push(LockChange {
@@ -410,6 +429,7 @@ impl Allocation {
                 self.locks.remove(&group);
             }
         }
+        (before, after)
     }
 
     /// Every lock in use, directly or only through members, in lock order.

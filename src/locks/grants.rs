@@ -13,6 +13,7 @@
 //!   the group's other members may still need repair.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Bound;
 
 use super::allocation::OwnerRef;
@@ -53,7 +54,7 @@ pub struct SavedGrants {
 #[derive(Debug, Default)]
 pub struct Grants {
     last_token: Token,
-    held: HashMap<OwnerRef, BTreeMap<LockName, Grant>>,
+    held: HashMap<OwnerRef, BTreeMap<LockName, Grant>, BuildHasherDefault<OwnerHasher>>,
     /// Per lock, the dead owner that held it, not yet told to a grantee.
     marks: BTreeMap<LockName, Death>,
     /// Set between [`Grants::begin_grant`] and [`Grants::end_grant`]: a
@@ -80,10 +81,12 @@ impl Grants {
         self.open = None;
     }
 
-    /// Records that `owner` was granted `locks` (each newly held or
-    /// raised to exclusive): one token for them all.
-    pub fn granted(&mut self, owner: &OwnerRef, locks: &[LockName]) {
-        if locks.is_empty() {
+    /// Records one update of `owner`: it let `released` go and was granted
+    /// `raised` (each newly held or raised to exclusive), with one token
+    /// for them all.
+    pub fn changed(&mut self, owner: &OwnerRef, released: &[LockName], raised: &[LockName]) {
+        if raised.is_empty() {
+            self.released(owner, released);
             return;
         }
         let token = match self.open {
@@ -97,8 +100,15 @@ impl Grants {
             self.open = Some(token);
         }
         let held = self.held.entry(OwnerRef::clone(owner)).or_default();
-        for lock in locks {
-            let died = tell(&mut self.marks, lock);
+        for lock in released {
+            held.remove(lock);
+        }
+        for lock in raised {
+            let died = if self.marks.is_empty() {
+                Vec::new()
+            } else {
+                tell(&mut self.marks, lock)
+            };
             match held.get_mut(lock) {
                 // A union that raises a lock it gave moments ago is still
                 // one grant: the deaths it was told of stay told.
@@ -108,6 +118,12 @@ impl Grants {
                 }
             }
         }
+    }
+
+    /// Records that `owner` was granted `locks` (each newly held or
+    /// raised to exclusive): one token for them all.
+    pub fn granted(&mut self, owner: &OwnerRef, locks: &[LockName]) {
+        self.changed(owner, &[], locks);
     }
 
     /// Forgets the grants of locks `owner` no longer holds.
@@ -287,6 +303,55 @@ fn tell(marks: &mut BTreeMap<LockName, Death>, lock: &LockName) -> Vec<Death> {
         }
     }
     died
+}
+
+/// A multiply-rotate hash (Firefox's, as rustc uses it) for the grants'
+/// owner index: every lock update looks its owner up here, and SipHash
+/// over the livelock path was most of what tokens cost. Owners are
+/// authenticated local peers, the allocation keeps SipHash, and a
+/// flood of colliding owners costs only this index's speed.
+#[derive(Default)]
+pub struct OwnerHasher(u64);
+
+impl OwnerHasher {
+    const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(Self::SEED);
+    }
+}
+
+impl Hasher for OwnerHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            self.add(u64::from_le_bytes(chunk.try_into().expect("eight bytes")));
+        }
+        let mut last = [0u8; 8];
+        let rest = chunks.remainder();
+        last[..rest.len()].copy_from_slice(rest);
+        self.add(u64::from_le_bytes(last) ^ rest.len() as u64);
+    }
+
+    fn write_u8(&mut self, value: u8) {
+        self.add(u64::from(value));
+    }
+
+    fn write_u32(&mut self, value: u32) {
+        self.add(u64::from(value));
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.add(value);
+    }
+
+    fn write_usize(&mut self, value: usize) {
+        self.add(value as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 #[cfg(test)]

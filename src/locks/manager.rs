@@ -153,6 +153,9 @@ pub struct LockManager {
     /// Fifo mode only: who waits for what, to find the waiters ahead.
     waits: WaitIndex,
     next_arrival: u64,
+    /// The locks one update raises and releases, kept between updates so
+    /// that an update allocates nothing for them.
+    scratch: (Vec<LockName>, Vec<LockName>),
 }
 
 /// One level of a revisit cascade (Ganeti's `revisitRequests`): the groups
@@ -190,7 +193,7 @@ impl LockManager {
             return Err(LockError::PendingRequest);
         }
         self.allocation.check(owner, request)?;
-        let blockers = self.blockers_at(owner, &try_key(owner), request);
+        let blockers = self.blockers_at(owner, None, request);
         if !blockers.is_empty() {
             return Ok(Update {
                 blockers,
@@ -216,13 +219,23 @@ impl LockManager {
         (priority, order, Arc::new(owner.clone()))
     }
 
-    /// The owners blocking `request` of `owner`, were it the waiter `key`:
-    /// the holders in its way and, in fifo mode for an owner holding
-    /// nothing, the conflicting waiters ahead of it.
-    fn blockers_at(&self, owner: &Owner, key: &WaiterKey, request: &[Entry]) -> Vec<OwnerRef> {
+    /// The owners blocking `request` of `owner`, were it the waiter `key`
+    /// (`None`: a try, behind every waiter): the holders in its way and, in
+    /// fifo mode for an owner holding nothing, the conflicting waiters
+    /// ahead of it.
+    fn blockers_at(
+        &self,
+        owner: &Owner,
+        key: Option<&WaiterKey>,
+        request: &[Entry],
+    ) -> Vec<OwnerRef> {
         let mut blockers = self.allocation.blockers(owner, request);
         if self.policy.fairness == Fairness::Fifo && self.allocation.holdings(owner).is_none() {
-            let ahead = self.waits.ahead(key, request);
+            // Built only here: a try's key costs a copy of the owner.
+            let ahead = match key {
+                Some(key) => self.waits.ahead(key, request),
+                None => self.waits.ahead(&try_key(owner), request),
+            };
             if !ahead.is_empty() {
                 blockers.extend(ahead);
                 blockers.sort_unstable();
@@ -235,21 +248,15 @@ impl LockManager {
     /// Applies a checked, unblocked request, giving the locks it raises one
     /// fencing token and forgetting the grants of those it releases.
     fn apply_granting(&mut self, owner: &OwnerRef, request: &[Entry]) {
-        let mut raised = Vec::new();
-        let mut released = Vec::new();
-        for entry in request {
-            let before = self.allocation.mode_held(owner, &entry.lock);
-            match entry.action {
-                Action::Acquire(mode) if before < Some(mode) => raised.push(entry.lock.clone()),
-                Action::Release if before.is_some() => released.push(entry.lock.clone()),
-                Action::Acquire(_) | Action::Release => {}
-            }
-        }
-        self.allocation.apply(owner, request);
+        let (mut raised, mut released) = std::mem::take(&mut self.scratch);
+        raised.clear();
+        released.clear();
+        self.allocation
+            .apply_noting(owner, request, &mut raised, &mut released);
         raised.sort_unstable();
         raised.dedup();
-        self.grants.released(owner, &released);
-        self.grants.granted(owner, &raised);
+        self.grants.changed(owner, &released, &raised);
+        self.scratch = (raised, released);
     }
 
     /// `updateLocksWaiting`: like `try_update`, but a blocked request stays
@@ -266,7 +273,7 @@ impl LockManager {
                 return Err(LockError::PendingRequest);
             }
             return Ok(Update {
-                blockers: self.blockers_at(owner, &pending.key(known), request),
+                blockers: self.blockers_at(owner, Some(&pending.key(known)), request),
                 notify: Vec::new(),
             });
         }
@@ -275,7 +282,7 @@ impl LockManager {
         }
         self.allocation.check(owner, request)?;
         let key = self.new_key(owner, priority);
-        let blockers = self.blockers_at(owner, &key, request);
+        let blockers = self.blockers_at(owner, Some(&key), request);
         if blockers.is_empty() {
             let owner = self.intern(owner);
             self.apply_granting(&owner, request);
@@ -501,7 +508,7 @@ impl LockManager {
             let entry = [Entry::new(lock.clone(), Action::Acquire(mode))];
             let acquired = is_satisfied_by(Some(&held), &entry)
                 || (check_against(Some(&held), &entry).is_ok()
-                    && self.blockers_at(owner, &try_key(owner), &entry).is_empty());
+                    && self.blockers_at(owner, None, &entry).is_empty());
             if acquired {
                 held.insert(lock.clone(), mode);
                 plan.push((lock, mode));
@@ -594,7 +601,7 @@ impl LockManager {
         let mut granted = Vec::new();
         for ((priority, _, owner), request) in waiting {
             let key = self.new_key(&owner, priority);
-            let blockers = self.blockers_at(&owner, &key, &request);
+            let blockers = self.blockers_at(&owner, Some(&key), &request);
             if blockers.is_empty() {
                 self.apply_granting(&owner, &request);
                 granted.push(Arc::clone(&owner));
@@ -630,7 +637,7 @@ impl LockManager {
             answer.error = Some(error);
             return answer;
         }
-        answer.blockers = self.blockers_at(owner, &key, request);
+        answer.blockers = self.blockers_at(owner, Some(&key), request);
         if answer.blockers.is_empty() {
             return answer;
         }
@@ -964,7 +971,8 @@ impl LockManager {
                     .pending
                     .get_key_value(&waiter.owner)
                     .expect("just filed");
-                let blockers = manager.blockers_at(owner, &pending.key(owner), &pending.request);
+                let blockers =
+                    manager.blockers_at(owner, Some(&pending.key(owner)), &pending.request);
                 if !blockers.iter().any(|b| **b == waiter.filed_under) {
                     return Err(RestoreError(format!(
                         "pending request of {owner} is not blocked by {}, the owner it is filed \
@@ -1420,7 +1428,7 @@ impl LockManager {
                     "pending request of {owner} fails its checks"
                 );
                 assert!(
-                    self.blockers_at(owner, key, &group.request)
+                    self.blockers_at(owner, Some(key), &group.request)
                         .contains(blocker),
                     "pending request of {owner} is not blocked by {blocker}, \
                      the owner it is filed under"

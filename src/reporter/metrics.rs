@@ -252,6 +252,7 @@ struct Counters {
     opcodes: [u64; 7],
     lock_grants: [u64; 3],
     owner_deaths: u64,
+    deadlocks_refused: u64,
     hook_runs: u64,
     hook_failures: u64,
     events_read: [u64; 2],
@@ -900,7 +901,7 @@ impl Metrics {
                 figure,
             }]
         };
-        let samples: [Vec<Sample<'_>>; 20] = [
+        let samples: [Vec<Sample<'_>>; 21] = [
             by_status(&self.jobs_by_status, true),
             one(Figure::Count(slots_used)),
             one(Figure::Count(self.slots_max)),
@@ -914,6 +915,7 @@ impl Metrics {
             by_status(&counters.opcodes, false),
             lock_grants,
             one(Figure::Count(counters.owner_deaths)),
+            one(Figure::Count(counters.deadlocks_refused)),
             one(Figure::Count(counters.hook_runs)),
             one(Figure::Count(counters.hook_failures)),
             events_read,
@@ -1122,6 +1124,7 @@ impl Metrics {
                 "opcodes": by_status(&counters.opcodes),
                 "lock_grants": counters.lock_grants,
                 "owner_deaths": counters.owner_deaths,
+                "deadlocks_refused": counters.deadlocks_refused,
                 "hook_runs": counters.hook_runs,
                 "hook_failures": counters.hook_failures,
                 "events_read": counters.events_read,
@@ -1303,6 +1306,11 @@ impl Metrics {
         list("lock_grants", &mut c.lock_grants)?;
         list("events_read", &mut c.events_read)?;
         c.owner_deaths = number(counter("owner_deaths")?, "owner_deaths")?;
+        // Saved before deadlocks were refused: none were.
+        c.deadlocks_refused = match counters.get("deadlocks_refused") {
+            Some(saved) => number(saved, "deadlocks_refused")?,
+            None => 0,
+        };
         c.hook_runs = number(counter("hook_runs")?, "hook_runs")?;
         c.hook_failures = number(counter("hook_failures")?, "hook_failures")?;
         let histograms = field("histograms")?;
@@ -1434,7 +1442,7 @@ const fn spec(
 
 /// EVENTS.md's metrics table, in its order ([`Metrics::families`] gives
 /// the samples in the same order).
-const FAMILIES: [Spec; 20] = {
+const FAMILIES: [Spec; 21] = {
     use Kind::{Counter, Gauge, Histogram};
     [
         spec(
@@ -1527,6 +1535,13 @@ const FAMILIES: [Spec; 20] = {
             Counter,
             &[],
             "Lock owners found dead.",
+        ),
+        spec(
+            "warden_lock_deadlocks_refused_total",
+            "locks.deadlocks_refused",
+            Counter,
+            &[],
+            "Waiting lock requests refused because they would close a cycle of waits.",
         ),
         spec(
             "warden_hook_runs_total",
@@ -1756,6 +1771,10 @@ impl LockChange for Metrics {
         if let Ok(event) = event.decode() {
             let _: Option<()> = self.wait_ended(&event.fields);
         }
+    }
+
+    fn lock_deadlock_notification(&mut self, _event: &EventLine) {
+        self.counters.deadlocks_refused += 1;
     }
 
     fn owner_dead_notification(&mut self, event: &EventLine) {

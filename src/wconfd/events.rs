@@ -205,6 +205,34 @@ impl WconfdEvents {
         );
     }
 
+    /// A waiting request refused because it would close `cycle` (D68).
+    pub fn deadlock_refused(
+        &mut self,
+        owner: &Owner,
+        priority: i64,
+        request: &[Entry],
+        cycle: &[(OwnerRef, Vec<(LockName, Mode)>)],
+    ) {
+        let cycle: Vec<Value> = cycle
+            .iter()
+            .map(|(member, holds)| {
+                json!({
+                    "owner": OwnerText(member),
+                    "holds": LockModes(holds.iter().map(|(lock, mode)| (lock, *mode)).collect()),
+                })
+            })
+            .collect();
+        self.push(
+            "lock.deadlock",
+            &json!({
+                "owner": OwnerText(owner),
+                "priority": priority,
+                "request": request.iter().map(encode_entry).collect::<Vec<_>>(),
+                "cycle": cycle,
+            }),
+        );
+    }
+
     pub fn withdrawn(&mut self, owner: &Owner) {
         self.push("lock.withdrawn", &json!({"owner": OwnerText(owner)}));
     }

@@ -34,7 +34,8 @@ use crate::connection::{self, Connections, Handler, Peer, Reply};
 use crate::daemon::{self, Admission};
 use crate::liveness::{self, Livelock};
 use crate::locks::{
-    Entry, Level, LockManager, LockName, LockOp, Mode, OpOutcome, Owner, PendingRequest, Priority,
+    Entry, Level, LockError, LockManager, LockName, LockOp, Mode, OpOutcome, Owner, PendingRequest,
+    Priority,
 };
 use crate::protocol::wconfd::{
     DecodeLimits, WconfdRequest, encode_death, encode_entry, encode_fence, encode_lock_modes,
@@ -792,6 +793,16 @@ impl State {
             });
         }
         if let (
+            LockOp::UpdateWaiting {
+                priority, request, ..
+            },
+            OpOutcome::Update(Err(LockError::Deadlock(cycle))),
+        ) = (op, outcome)
+        {
+            tracing::warn!(%owner, members = cycle.len(), "refused a wait that would close a cycle");
+            self.events
+                .deadlock_refused(owner, *priority, request, cycle);
+        } else if let (
             LockOp::UpdateWaiting {
                 priority, request, ..
             },

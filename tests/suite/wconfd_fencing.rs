@@ -220,6 +220,18 @@ fn a_conversion_deadlock_is_refused_with_its_cycle_and_changes_nothing() {
         }
     }
     assert_eq!(client.ok("listLocksWaitingStatus", json!([])), before);
+    let events = client.ok("watchEvents", json!([0, ["lock.deadlock"], 0]));
+    let refused = &events["events"][0];
+    assert_eq!(refused["type"], "lock.deadlock", "{events}");
+    assert_eq!(refused["owner"], "2", "{events}");
+    assert_eq!(refused["request"], upgrade, "{events}");
+    assert_eq!(refused["cycle"][0]["owner"], "1", "{events}");
+    assert_eq!(
+        refused["cycle"][0]["holds"],
+        json!([["instance/a", "shared"]]),
+        "{events}"
+    );
+    assert_eq!(refused["cycle"][1]["owner"], "2", "{events}");
     // Off: it waits, as in Ganeti.
     let wconfd = Wconfd::start_with_settings("[wconfd]\ndeadlock_check = \"off\"\n");
     let mut client = wconfd.client();
