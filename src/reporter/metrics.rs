@@ -71,6 +71,9 @@ const VIAS: [&str; 3] = ["direct", "waiting", "await"];
 
 const MODES: [Mode; 2] = [Mode::Shared, Mode::Exclusive];
 
+/// The kinds of entity of `config.lock_violation`, in the counter's order.
+const ENTITY_KINDS: [&str; 3] = ["instance", "nodegroup", "node"];
+
 /// Which daemon's event sequence an event comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Source {
@@ -252,6 +255,7 @@ struct Counters {
     opcodes: [u64; 7],
     lock_grants: [u64; 3],
     owner_deaths: u64,
+    config_lock_violations: [u64; 3],
     hook_runs: u64,
     hook_failures: u64,
     events_read: [u64; 2],
@@ -805,6 +809,23 @@ impl Metrics {
         Some(())
     }
 
+    /// Counts each kind's entities of `kinds`; a malformed count skips the
+    /// whole event.
+    fn config_lock_violation(&mut self, fields: &Map<String, Value>) -> Option<()> {
+        let kinds = fields.get("kinds")?.as_object()?;
+        let mut counts = [0; 3];
+        for (slot, kind) in counts.iter_mut().zip(ENTITY_KINDS) {
+            *slot = match kinds.get(kind) {
+                None => 0,
+                Some(count) => count.as_u64()?,
+            };
+        }
+        for (total, count) in self.counters.config_lock_violations.iter_mut().zip(counts) {
+            *total = total.saturating_add(count);
+        }
+        Some(())
+    }
+
     fn worker_deregistered(&mut self, fields: &Map<String, Value>) -> Option<()> {
         let worker = self.workers.remove(text_field(fields, "uuid")?)?;
         worker_gauges(
@@ -881,6 +902,11 @@ impl Metrics {
             .zip(counters.lock_grants)
             .map(|(via, count)| Sample::count(vec![*via], count))
             .collect();
+        let config_lock_violations = ENTITY_KINDS
+            .iter()
+            .zip(counters.config_lock_violations)
+            .map(|(kind, count)| Sample::count(vec![*kind], count))
+            .collect();
         let events_read = Source::ALL
             .into_iter()
             .map(|source| {
@@ -900,7 +926,7 @@ impl Metrics {
                 figure,
             }]
         };
-        let samples: [Vec<Sample<'_>>; 20] = [
+        let samples: [Vec<Sample<'_>>; 21] = [
             by_status(&self.jobs_by_status, true),
             one(Figure::Count(slots_used)),
             one(Figure::Count(self.slots_max)),
@@ -914,6 +940,7 @@ impl Metrics {
             by_status(&counters.opcodes, false),
             lock_grants,
             one(Figure::Count(counters.owner_deaths)),
+            config_lock_violations,
             one(Figure::Count(counters.hook_runs)),
             one(Figure::Count(counters.hook_failures)),
             events_read,
@@ -1122,6 +1149,7 @@ impl Metrics {
                 "opcodes": by_status(&counters.opcodes),
                 "lock_grants": counters.lock_grants,
                 "owner_deaths": counters.owner_deaths,
+                "config_lock_violations": counters.config_lock_violations,
                 "hook_runs": counters.hook_runs,
                 "hook_failures": counters.hook_failures,
                 "events_read": counters.events_read,
@@ -1302,6 +1330,10 @@ impl Metrics {
         c.opcodes = by_status("opcodes")?;
         list("lock_grants", &mut c.lock_grants)?;
         list("events_read", &mut c.events_read)?;
+        // Saved before the counter existed: none counted yet.
+        if counters.get("config_lock_violations").is_some() {
+            list("config_lock_violations", &mut c.config_lock_violations)?;
+        }
         c.owner_deaths = number(counter("owner_deaths")?, "owner_deaths")?;
         c.hook_runs = number(counter("hook_runs")?, "hook_runs")?;
         c.hook_failures = number(counter("hook_failures")?, "hook_failures")?;
@@ -1434,7 +1466,7 @@ const fn spec(
 
 /// EVENTS.md's metrics table, in its order ([`Metrics::families`] gives
 /// the samples in the same order).
-const FAMILIES: [Spec; 20] = {
+const FAMILIES: [Spec; 21] = {
     use Kind::{Counter, Gauge, Histogram};
     [
         spec(
@@ -1527,6 +1559,13 @@ const FAMILIES: [Spec; 20] = {
             Counter,
             &[],
             "Lock owners found dead.",
+        ),
+        spec(
+            "warden_config_lock_violations_total",
+            "config.lock_violations",
+            Counter,
+            &["kind"],
+            "Entities changed by config writes whose writer lacked their locks, by kind.",
         ),
         spec(
             "warden_hook_runs_total",
@@ -1763,6 +1802,12 @@ impl LockChange for Metrics {
             && self.wait_ended(&event.fields).is_some()
         {
             self.counters.owner_deaths += 1;
+        }
+    }
+
+    fn config_lock_violation_notification(&mut self, event: &EventLine) {
+        if let Ok(event) = event.decode() {
+            let _: Option<()> = self.config_lock_violation(&event.fields);
         }
     }
 
