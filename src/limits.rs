@@ -400,6 +400,11 @@ pub const QUARANTINE_AFTER_RANGE: RangeInclusive<usize> = 0..=20;
 /// not a record (requests are bounded far below this by the frame limit).
 pub const JOURNAL_RECORD_BYTES_MAX: usize = 1 << 30;
 
+/// Entities a configuration lock violation names (in its log line, its
+/// error and its event), at most; the rest are counted. A write may change
+/// every instance of a large cluster, and ten say what went wrong.
+pub const CONFIG_VIOLATIONS_NAMED_MAX: usize = 10;
+
 // The crash harness (`torture`): how long it waits for what it started
 // before it reports a hang.
 

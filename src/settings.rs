@@ -16,6 +16,8 @@
 //! slow_wait_s = 60               # a lock wait this long logs who is in the way, once; 0: never
 //! fairness = "ganeti"            # or "fifo": new requests queue behind conflicting waiters
 //! deadlock_check = "refuse"      # or "off": a wait that closes a cycle waits, as in Ganeti
+//! config_lock_check = "off"      # or "log", "refuse": a config write changing an instance,
+//!                                # node or node group whose lock the writer lacks
 //!
 //! [luxid]
 //! max_running_jobs = 20
@@ -52,6 +54,7 @@ use serde::Deserialize;
 
 use crate::limits;
 use crate::paths::SETTINGS_FILE;
+use crate::store::config_check::ConfigLockCheck;
 
 /// All settings of `warden.toml`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -154,6 +157,11 @@ pub struct WconfdSettings {
     /// refused, naming the cycle, or waits as in Ganeti.
     #[serde(deserialize_with = "deadlock_check")]
     pub deadlock_check: crate::locks::Deadlocks,
+    /// What a configuration write that changes an instance, node or node
+    /// group whose lock the writer does not hold exclusively gets: nothing
+    /// (off), a log line, an event and a count (log), or refused (D70).
+    #[serde(deserialize_with = "config_lock_check")]
+    pub config_lock_check: ConfigLockCheck,
 }
 
 /// `"ganeti"` or `"fifo"` (the lock core knows no serde).
@@ -176,6 +184,18 @@ fn deadlock_check<'de, D: serde::Deserializer<'de>>(
     crate::locks::Deadlocks::parse(&text).ok_or_else(|| {
         serde::de::Error::custom(format!(
             "deadlock_check {text:?} is neither \"refuse\" nor \"off\""
+        ))
+    })
+}
+
+/// `"off"`, `"log"` or `"refuse"`.
+fn config_lock_check<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<ConfigLockCheck, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    ConfigLockCheck::parse(&text).ok_or_else(|| {
+        serde::de::Error::custom(format!(
+            "config_lock_check {text:?} is none of \"off\", \"log\" and \"refuse\""
         ))
     })
 }
@@ -211,6 +231,7 @@ impl Default for WconfdSettings {
             slow_wait_s: limits::SLOW_WAIT_SECS_DEFAULT,
             fairness: crate::locks::Fairness::Ganeti,
             deadlock_check: crate::locks::Deadlocks::Refuse,
+            config_lock_check: ConfigLockCheck::Off,
         }
     }
 }
@@ -699,6 +720,37 @@ mod tests {
         assert_eq!(settings.luxid.queue_jobs_max, 100_000);
         assert_eq!(settings.luxid.job_log_bytes_max, 1024 * 1024);
         assert_eq!(settings.luxid.runner_path, None);
+        assert_eq!(settings.wconfd.config_lock_check, ConfigLockCheck::Off);
+    }
+
+    #[test]
+    fn the_words_of_the_wconfd_policies_are_checked() {
+        for (word, check) in [
+            ("off", ConfigLockCheck::Off),
+            ("log", ConfigLockCheck::Log),
+            ("refuse", ConfigLockCheck::Refuse),
+        ] {
+            let text = format!("[wconfd]\nconfig_lock_check = \"{word}\"\n");
+            assert_eq!(load_text(&text).unwrap().wconfd.config_lock_check, check);
+        }
+        for (text, named) in [
+            (
+                "[wconfd]\nconfig_lock_check = \"warn\"\n",
+                "config_lock_check",
+            ),
+            ("[wconfd]\nconfig_lock_check = true\n", "config_lock_check"),
+            (
+                "[wconfd]\nconfig_lock_check = \"Log\"\n",
+                "config_lock_check",
+            ),
+            ("[wconfd]\nfairness = \"lifo\"\n", "fairness"),
+            ("[wconfd]\ndeadlock_check = \"log\"\n", "deadlock_check"),
+        ] {
+            let message = error_text(text);
+            assert!(message.contains("warden.toml"), "{text}: {message}");
+            assert!(message.contains(named), "{text}: {message}");
+            assert!(message.contains("line 2"), "{text}: {message}");
+        }
     }
 
     #[test]
@@ -729,6 +781,7 @@ mod tests {
             slow_wait_s = 30
             fairness = "fifo"
             deadlock_check = "off"
+            config_lock_check = "refuse"
 
             [luxid]
             max_running_jobs = 4
@@ -769,6 +822,7 @@ mod tests {
                     slow_wait_s: 30,
                     fairness: crate::locks::Fairness::Fifo,
                     deadlock_check: crate::locks::Deadlocks::Wait,
+                    config_lock_check: ConfigLockCheck::Refuse,
                 },
                 luxid: LuxidSettings {
                     max_running_jobs: 4,

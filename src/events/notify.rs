@@ -38,6 +38,7 @@ pub trait LockChange {
     fn lock_deadlock_notification(&mut self, _event: &EventLine) {}
     fn owner_dead_notification(&mut self, _event: &EventLine) {}
     fn config_written_notification(&mut self, _event: &EventLine) {}
+    fn config_lock_violation_notification(&mut self, _event: &EventLine) {}
     /// `worker.<state>` (`state` lower case), `worker.groups`,
     /// `worker.deregistered`.
     fn worker_changed_notification(&mut self, _event: &EventLine, _change: &str) {}
@@ -69,6 +70,7 @@ pub fn notify_locks(event: &EventLine, listener: &mut dyn LockChange) {
         "lock.deadlock" => listener.lock_deadlock_notification(event),
         "owner.dead" => listener.owner_dead_notification(event),
         "config.written" => listener.config_written_notification(event),
+        "config.lock_violation" => listener.config_lock_violation_notification(event),
         kind => {
             if let Some(change) = kind.strip_prefix("worker.") {
                 listener.worker_changed_notification(event, change);

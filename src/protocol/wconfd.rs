@@ -971,6 +971,30 @@ pub fn encode_what_if(what_if: &crate::locks::WhatIf) -> Value {
     answer
 }
 
+/// The first `max` violations of the configuration lock check (D70), each
+/// as `{"kind", "uuid", "name", "change", "locks"}` (`name` null if the
+/// entity has none; `locks` the missing ones, in lock order).
+pub fn encode_violations(
+    violations: &[crate::store::config_check::Violation],
+    max: usize,
+) -> Value {
+    Value::Array(
+        violations
+            .iter()
+            .take(max)
+            .map(|violation| {
+                json!({
+                    "kind": violation.kind.as_str(),
+                    "uuid": violation.uuid,
+                    "name": violation.name,
+                    "change": violation.change.as_str(),
+                    "locks": violation.locks.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                })
+            })
+            .collect(),
+    )
+}
+
 /// A death mark as `{"lock", "owner", "token"}`.
 pub fn encode_death(death: &crate::locks::Death) -> Value {
     json!({"lock": death.lock.to_string(), "owner": encode_owner(&death.owner), "token": death.token})

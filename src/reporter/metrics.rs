@@ -71,6 +71,9 @@ const VIAS: [&str; 3] = ["direct", "waiting", "await"];
 
 const MODES: [Mode; 2] = [Mode::Shared, Mode::Exclusive];
 
+/// The kinds of entity of `config.lock_violation`, in the counter's order.
+const ENTITY_KINDS: [&str; 3] = ["instance", "nodegroup", "node"];
+
 /// Which daemon's event sequence an event comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Source {
@@ -253,6 +256,7 @@ struct Counters {
     lock_grants: [u64; 3],
     owner_deaths: u64,
     deadlocks_refused: u64,
+    config_lock_violations: [u64; 3],
     hook_runs: u64,
     hook_failures: u64,
     events_read: [u64; 2],
@@ -806,6 +810,23 @@ impl Metrics {
         Some(())
     }
 
+    /// Counts each kind's entities of `kinds`; a malformed count skips the
+    /// whole event.
+    fn config_lock_violation(&mut self, fields: &Map<String, Value>) -> Option<()> {
+        let kinds = fields.get("kinds")?.as_object()?;
+        let mut counts = [0; 3];
+        for (slot, kind) in counts.iter_mut().zip(ENTITY_KINDS) {
+            *slot = match kinds.get(kind) {
+                None => 0,
+                Some(count) => count.as_u64()?,
+            };
+        }
+        for (total, count) in self.counters.config_lock_violations.iter_mut().zip(counts) {
+            *total = total.saturating_add(count);
+        }
+        Some(())
+    }
+
     fn worker_deregistered(&mut self, fields: &Map<String, Value>) -> Option<()> {
         let worker = self.workers.remove(text_field(fields, "uuid")?)?;
         worker_gauges(
@@ -882,6 +903,11 @@ impl Metrics {
             .zip(counters.lock_grants)
             .map(|(via, count)| Sample::count(vec![*via], count))
             .collect();
+        let config_lock_violations = ENTITY_KINDS
+            .iter()
+            .zip(counters.config_lock_violations)
+            .map(|(kind, count)| Sample::count(vec![*kind], count))
+            .collect();
         let events_read = Source::ALL
             .into_iter()
             .map(|source| {
@@ -901,7 +927,7 @@ impl Metrics {
                 figure,
             }]
         };
-        let samples: [Vec<Sample<'_>>; 21] = [
+        let samples: [Vec<Sample<'_>>; 22] = [
             by_status(&self.jobs_by_status, true),
             one(Figure::Count(slots_used)),
             one(Figure::Count(self.slots_max)),
@@ -916,6 +942,7 @@ impl Metrics {
             lock_grants,
             one(Figure::Count(counters.owner_deaths)),
             one(Figure::Count(counters.deadlocks_refused)),
+            config_lock_violations,
             one(Figure::Count(counters.hook_runs)),
             one(Figure::Count(counters.hook_failures)),
             events_read,
@@ -1125,6 +1152,7 @@ impl Metrics {
                 "lock_grants": counters.lock_grants,
                 "owner_deaths": counters.owner_deaths,
                 "deadlocks_refused": counters.deadlocks_refused,
+                "config_lock_violations": counters.config_lock_violations,
                 "hook_runs": counters.hook_runs,
                 "hook_failures": counters.hook_failures,
                 "events_read": counters.events_read,
@@ -1305,6 +1333,10 @@ impl Metrics {
         c.opcodes = by_status("opcodes")?;
         list("lock_grants", &mut c.lock_grants)?;
         list("events_read", &mut c.events_read)?;
+        // Saved before the counter existed: none counted yet.
+        if counters.get("config_lock_violations").is_some() {
+            list("config_lock_violations", &mut c.config_lock_violations)?;
+        }
         c.owner_deaths = number(counter("owner_deaths")?, "owner_deaths")?;
         // Saved before deadlocks were refused: none were.
         c.deadlocks_refused = match counters.get("deadlocks_refused") {
@@ -1442,7 +1474,7 @@ const fn spec(
 
 /// EVENTS.md's metrics table, in its order ([`Metrics::families`] gives
 /// the samples in the same order).
-const FAMILIES: [Spec; 21] = {
+const FAMILIES: [Spec; 22] = {
     use Kind::{Counter, Gauge, Histogram};
     [
         spec(
@@ -1542,6 +1574,13 @@ const FAMILIES: [Spec; 21] = {
             Counter,
             &[],
             "Waiting lock requests refused because they would close a cycle of waits.",
+        ),
+        spec(
+            "warden_config_lock_violations_total",
+            "config.lock_violations",
+            Counter,
+            &["kind"],
+            "Entities changed by config writes whose writer lacked their locks, by kind.",
         ),
         spec(
             "warden_hook_runs_total",
@@ -1782,6 +1821,12 @@ impl LockChange for Metrics {
             && self.wait_ended(&event.fields).is_some()
         {
             self.counters.owner_deaths += 1;
+        }
+    }
+
+    fn config_lock_violation_notification(&mut self, event: &EventLine) {
+        if let Ok(event) = event.decode() {
+            let _: Option<()> = self.config_lock_violation(&event.fields);
         }
     }
 

@@ -24,6 +24,20 @@ pub enum ConfigWriteError {
     Io(#[from] io::Error),
 }
 
+/// A write checked by [`ConfigStore::prepare`] and not yet installed.
+#[derive(Debug)]
+pub struct PreparedWrite {
+    config: Value,
+    serial: u64,
+}
+
+impl PreparedWrite {
+    /// The configuration as it would be stored.
+    pub fn config(&self) -> &Value {
+        &self.config
+    }
+}
+
 pub struct ConfigStore {
     path: PathBuf,
     config: Value,
@@ -65,18 +79,35 @@ impl ConfigStore {
     }
 
     /// Replaces the configuration if `new` differs from it in anything but
-    /// `serial_no` and `mtime`: the serial goes up by one, `mtime` becomes
-    /// now, and the file is replaced atomically and durably. Answers
-    /// whether it changed. A configuration that `verify` rejects is
-    /// refused: written, it would stop the next start-up.
+    /// `serial_no` and `mtime` ([`ConfigStore::prepare`], then
+    /// [`ConfigStore::install`]). Answers whether it changed.
     pub fn write(&mut self, new: Value, now_secs: f64) -> Result<bool, ConfigWriteError> {
+        match self.prepare(new, now_secs)? {
+            Some(prepared) => {
+                self.install(prepared)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// The first half of a write, which changes nothing: `None` if `new`
+    /// differs from the stored configuration only in `serial_no` and
+    /// `mtime`; else the configuration to store, with the serial one up
+    /// and `mtime` now. A configuration that `verify` rejects is refused:
+    /// written, it would stop the next start-up.
+    pub fn prepare(
+        &self,
+        new: Value,
+        now_secs: f64,
+    ) -> Result<Option<PreparedWrite>, ConfigWriteError> {
         let Value::Object(mut fields) = new else {
             return Err(ConfigWriteError::Invalid(vec![
                 "the configuration is not a JSON object".to_owned(),
             ]));
         };
         if content(&fields) == content(self.fields()) {
-            return Ok(false);
+            return Ok(None);
         }
         let serial = self.serial_no() + 1;
         fields.insert("serial_no".to_owned(), json!(serial));
@@ -86,10 +117,22 @@ impl ConfigStore {
         if !problems.is_empty() {
             return Err(ConfigWriteError::Invalid(problems));
         }
-        let bytes = serde_json::to_vec(&config).expect("JSON to a Vec cannot fail");
+        Ok(Some(PreparedWrite { config, serial }))
+    }
+
+    /// The second half: replaces the file atomically and durably, then the
+    /// configuration kept. A failed write changes neither. `prepared` must
+    /// come from this store's `prepare` with nothing installed since.
+    pub fn install(&mut self, prepared: PreparedWrite) -> Result<(), io::Error> {
+        assert_eq!(
+            prepared.serial,
+            self.serial_no() + 1,
+            "a prepared write is installed on the configuration it was prepared from"
+        );
+        let bytes = serde_json::to_vec(&prepared.config).expect("JSON to a Vec cannot fail");
         atomic_write(&self.path, &bytes)?;
-        self.config = config;
-        Ok(true)
+        self.config = prepared.config;
+        Ok(())
     }
 
     pub fn serial_no(&self) -> u64 {
@@ -200,6 +243,33 @@ mod tests {
         let reopened = ConfigStore::open(dir.path(), 13.0).expect("reopen");
         assert_eq!(reopened.config()["cluster"], json!({"name": "c1"}));
         assert_eq!(reopened.serial_no(), 2);
+    }
+
+    #[test]
+    fn a_prepared_write_changes_nothing_until_installed() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut store = ConfigStore::open(dir.path(), 10.0).expect("open");
+        let on_disk = fs::read(store.path()).expect("read");
+        let mut new = store.config().clone();
+        new["instances"] = json!({"i1": {"name": "web1"}});
+        let prepared = store
+            .prepare(new.clone(), 11.0)
+            .expect("valid")
+            .expect("a change");
+        assert_eq!(prepared.config()["serial_no"], json!(2));
+        assert_eq!(prepared.config()["instances"], new["instances"]);
+        // Dropped: nothing was written.
+        drop(prepared);
+        assert_eq!(store.serial_no(), 1);
+        assert_eq!(fs::read(store.path()).expect("read"), on_disk);
+        let prepared = store.prepare(new, 12.0).expect("valid").expect("a change");
+        store.install(prepared).expect("install");
+        assert_eq!(store.serial_no(), 2);
+        let reopened = ConfigStore::open(dir.path(), 13.0).expect("reopen");
+        assert_eq!(reopened.config(), store.config());
+        // The same content again prepares nothing.
+        let same = store.config().clone();
+        assert!(store.prepare(same, 14.0).expect("valid").is_none());
     }
 
     #[test]

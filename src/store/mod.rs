@@ -7,6 +7,7 @@
 //! anything that depends on it is revealed.
 
 pub mod config;
+pub mod config_check;
 pub mod lock_state;
 
 use std::fs::{self, File, OpenOptions};

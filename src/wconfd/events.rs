@@ -17,13 +17,15 @@ use serde_json::{Value, json};
 use crate::daemon::DaemonError;
 use crate::events::{Event, EventLog, Kept, Watches};
 use crate::jobs::Timestamp;
+use crate::limits::CONFIG_VIOLATIONS_NAMED_MAX;
 use crate::locks::allocation::{LockChange, OwnerRef};
 use crate::locks::{Entry, Ident, LockName, Mode, Owner};
 use crate::paths::WCONFD_EVENTS_DIR;
 use crate::protocol::WireError;
 use crate::protocol::events::{WatchEvents, encode_reply};
-use crate::protocol::wconfd::encode_entry;
+use crate::protocol::wconfd::{encode_entry, encode_violations};
 use crate::settings::Settings;
+use crate::store::config_check::{self, EntityKind, Violation};
 use crate::store::lock_state::LockStore;
 use crate::workers::Transition;
 
@@ -250,6 +252,28 @@ impl WconfdEvents {
 
     pub fn config_written(&mut self, serial_no: u64) {
         self.push("config.written", &json!({"serial_no": serial_no}));
+    }
+
+    /// `config.lock_violation`: a configuration write of `owner` changes
+    /// what it does not hold exclusively (D70); `refused` if it was refused.
+    /// The first [`CONFIG_VIOLATIONS_NAMED_MAX`] are named, all counted.
+    pub fn config_lock_violation(&mut self, owner: &Owner, refused: bool, found: &[Violation]) {
+        let counts = config_check::counts(found);
+        let kinds: serde_json::Map<String, Value> = EntityKind::ALL
+            .iter()
+            .zip(counts)
+            .map(|(kind, count)| (kind.as_str().to_owned(), json!(count)))
+            .collect();
+        self.push(
+            "config.lock_violation",
+            &json!({
+                "owner": OwnerText(owner),
+                "refused": refused,
+                "count": found.len(),
+                "kinds": kinds,
+                "violations": encode_violations(found, CONFIG_VIOLATIONS_NAMED_MAX),
+            }),
+        );
     }
 
     pub fn worker_transitions(&mut self, transitions: Vec<Transition>) {

@@ -32,6 +32,7 @@ use signal_hook_mio::v1_0::Signals;
 use super::{DaemonError, io_error, unix_now};
 use crate::connection::{self, Connections, Handler, Peer, Reply};
 use crate::daemon::{self, Admission};
+use crate::limits::CONFIG_VIOLATIONS_NAMED_MAX;
 use crate::liveness::{self, Livelock};
 use crate::locks::{
     Entry, Level, LockError, LockManager, LockName, LockOp, Mode, OpOutcome, Owner, PendingRequest,
@@ -39,12 +40,13 @@ use crate::locks::{
 };
 use crate::protocol::wconfd::{
     DecodeLimits, WconfdRequest, encode_death, encode_entry, encode_fence, encode_lock_modes,
-    encode_locks, encode_locks_owners, encode_owner, encode_owners, encode_pending, encode_waiter,
-    encode_what_if, lock_error,
+    encode_locks, encode_locks_owners, encode_owner, encode_owners, encode_pending,
+    encode_violations, encode_waiter, encode_what_if, lock_error,
 };
 use crate::protocol::{WireError, parse_request};
 use crate::settings::Settings;
 use crate::store::config::{ConfigStore, ConfigWriteError, verify};
+use crate::store::config_check::{self, ConfigLockCheck};
 use crate::store::lock_state::LockStore;
 use crate::sys;
 use crate::workers::{Registry as WorkerRegistry, WorkerError, WorkerOp};
@@ -208,6 +210,13 @@ impl Server {
                 deadlock_check = policy.deadlocks.as_str(),
                 granted = granted.granted().len(),
                 "lock policy changed; waiting requests judged again"
+            );
+        }
+        let check = self.state.settings.wconfd.config_lock_check;
+        if check != ConfigLockCheck::Off {
+            tracing::info!(
+                config_lock_check = check.as_str(),
+                "config writes are checked against the writers' locks"
             );
         }
         let owners = self.state.manager.owners();
@@ -543,7 +552,7 @@ impl State {
                         "Requested lock exclusive on the configuration missing",
                     ))
                 } else {
-                    self.write_config(config).map(|()| json!([]))
+                    self.write_config(&owner, config).map(|()| json!([]))
                 }
             }
             R::WriteConfigAndUnlock { owner, config } => {
@@ -551,7 +560,7 @@ impl State {
                     tracing::warn!(%owner, "writeConfigAndUnlock without holding the config lock");
                     Ok(json!(false))
                 } else {
-                    self.write_config(config).map(|()| {
+                    self.write_config(&owner, config).map(|()| {
                         self.run(LockOp::FreeLocksLevel {
                             owner,
                             level: Level::Config,
@@ -848,22 +857,57 @@ impl State {
         }
     }
 
-    fn write_config(&mut self, config: Value) -> Result<(), WireError> {
-        match self.config.write(config, unix_now()) {
-            Ok(changed) => {
-                if changed {
-                    tracing::info!(serial_no = self.config.serial_no(), "config.data written");
-                    self.events.config_written(self.config.serial_no());
-                }
-                Ok(())
-            }
-            Err(ConfigWriteError::Invalid(problems)) => Err(config_verify_error(problems)),
-            Err(ConfigWriteError::Io(error)) => {
+    /// A configuration write of `owner`, which holds the config lock:
+    /// prepared (validated, nothing changed yet), checked against the
+    /// owner's locks as `[wconfd] config_lock_check` asks (D70), then
+    /// installed. A refused or invalid write changes nothing; a write let
+    /// through with violations tells them once it is installed.
+    fn write_config(&mut self, owner: &Owner, config: Value) -> Result<(), WireError> {
+        let prepared = match self.config.prepare(config, unix_now()) {
+            Ok(Some(prepared)) => prepared,
+            Ok(None) => return Ok(()),
+            Err(error) => return Err(self.config_write_error(error)),
+        };
+        let check = self.settings.wconfd.config_lock_check;
+        let found = if check == ConfigLockCheck::Off {
+            Vec::new()
+        } else {
+            let manager = &self.manager;
+            config_check::violations(self.config.config(), prepared.config(), |lock| {
+                manager.mode_held(owner, lock)
+            })
+        };
+        let refused = check == ConfigLockCheck::Refuse && !found.is_empty();
+        if !refused && let Err(error) = self.config.install(prepared) {
+            return Err(self.config_write_error(ConfigWriteError::Io(error)));
+        }
+        if !found.is_empty() {
+            tracing::warn!(
+                %owner,
+                refused,
+                entities = found.len(),
+                "config write changes what the writer does not hold exclusively: {}",
+                config_check::describe(&found)
+            );
+            self.events.config_lock_violation(owner, refused, &found);
+        }
+        if refused {
+            return Err(config_lock_error(&found));
+        }
+        tracing::info!(serial_no = self.config.serial_no(), "config.data written");
+        self.events.config_written(self.config.serial_no());
+        Ok(())
+    }
+
+    fn config_write_error(&self, error: ConfigWriteError) -> WireError {
+        match error {
+            ConfigWriteError::Invalid(problems) => config_verify_error(problems),
+            ConfigWriteError::Io(error) => {
                 tracing::error!(%error, "cannot write config.data");
-                Err(WireError::generic(format!(
+                WireError::generic(format!(
                     "cannot write {}: {error}",
                     self.config.path().display()
-                )))
+                ))
             }
         }
     }
@@ -1299,6 +1343,25 @@ fn config_verify_error(problems: Vec<String>) -> WireError {
     WireError {
         class: "ConfigVerifyError",
         args: vec![json!("Validation failed"), json!(problems)],
+    }
+}
+
+/// A write refused by the configuration lock check: `GenericError` naming
+/// the entities and the locks, and as data `{"violations": [...], "count":
+/// n}` (the first [`CONFIG_VIOLATIONS_NAMED_MAX`] of them).
+fn config_lock_error(found: &[config_check::Violation]) -> WireError {
+    WireError {
+        class: "GenericError",
+        args: vec![
+            json!(format!(
+                "config write refused: the writer does not hold exclusively the locks of what it changes: {}",
+                config_check::describe(found)
+            )),
+            json!({
+                "violations": encode_violations(found, CONFIG_VIOLATIONS_NAMED_MAX),
+                "count": found.len(),
+            }),
+        ],
     }
 }
 

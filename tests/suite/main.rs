@@ -45,6 +45,7 @@ mod sync_faults;
 mod timeouts;
 mod torture;
 mod wconfd_bad_input;
+mod wconfd_config_check;
 mod wconfd_fencing;
 mod wconfd_liveness;
 mod wconfd_rpc;

@@ -739,6 +739,9 @@ fn is_known_name(kind: Kind, name: &str) -> bool {
                 | ["locks", "deadlocks_refused"]
                 | ["hooks", "runs"]
                 | ["hooks", "failures"] => true,
+                ["config", "lock_violations", kind] => {
+                    one_of(kind, &["instance", "nodegroup", "node"])
+                }
                 ["events", "read", daemon] => one_of(daemon, &["luxid", "wconfd"]),
                 _ => false,
             }
@@ -765,6 +768,7 @@ fn status_counter(status: &Value, name: &str) -> u64 {
         ["locks", "grants", via] => &counters["lock_grants_total"][via],
         ["owners", "deaths"] => &counters["owner_deaths_total"],
         ["locks", "deadlocks_refused"] => &counters["lock_deadlocks_refused_total"],
+        ["config", "lock_violations", kind] => &counters["config_lock_violations_total"][kind],
         ["hooks", "runs"] => &counters["hook_runs_total"],
         ["hooks", "failures"] => &counters["hook_failures_total"],
         ["events", "read", daemon] => &counters["events_read_total"][daemon],

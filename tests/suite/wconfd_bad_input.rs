@@ -767,6 +767,40 @@ fn more_connections_than_the_limit_are_closed_and_the_others_served() {
 }
 
 #[test]
+fn a_config_write_refused_by_the_lock_check_changes_nothing() {
+    let mut fixture = Fixture::with_settings("[wconfd]\nconfig_lock_check = \"refuse\"\n");
+    let mut client = fixture.wconfd.client();
+    // J3 holds the config lock and nothing else.
+    let j3 = fixture.jobs[2].owner();
+    assert_ne!(client.ok("lockConfig", json!([j3, false])), Value::Null);
+    fixture.baseline = client.ok("listLocksWaitingStatus", json!([]));
+    let path = fixture.wconfd.root().path().join("config.data");
+    let file = std::fs::read(&path).expect("config.data");
+    let stored = client.ok("readConfig", json!([]));
+    let mut config = stored.clone();
+    config["nodes"] = json!({"n-uuid-9": {"name": "n9"}});
+    config["instances"] = json!({"i-uuid-9": {"name": "web9"}});
+    for method in ["writeConfig", "writeConfigAndUnlock"] {
+        assert_refused(
+            &mut client,
+            method,
+            json!([j3, config]),
+            "instance web9 (uuid i-uuid-9, added) needs instance/web9; \
+             node n9 (uuid n-uuid-9, added) needs node/n-uuid-9",
+        );
+        // Invalid as well: the validation answers first.
+        let mut invalid = config.clone();
+        invalid["disks"] = json!([]);
+        let (class, message) = client.fails(method, json!([j3, invalid]));
+        assert_eq!(class, "ConfigVerifyError", "{message}");
+        assert_eq!(client.ok("readConfig", json!([])), stored);
+        assert_eq!(std::fs::read(&path).expect("config.data"), file);
+        fixture.assert_unchanged_over(&mut client);
+    }
+    fixture.assert_unchanged();
+}
+
+#[test]
 fn out_of_range_settings_stop_start_up_naming_the_setting() {
     let cases = [
         ("[wconfd]\nframe_bytes_max = 4095\n", "frame_bytes_max"),
@@ -778,6 +812,10 @@ fn out_of_range_settings_stop_start_up_naming_the_setting() {
         ),
         ("[wconfd]\nframe_bytes = 65536\n", "frame_bytes"),
         ("[wconfd]\nframe_bytes_max = \"big\"\n", "frame_bytes_max"),
+        (
+            "[wconfd]\nconfig_lock_check = \"warn\"\n",
+            "config_lock_check",
+        ),
         ("[wconfd\n", "warden.toml"),
     ];
     for (toml, expected) in cases {

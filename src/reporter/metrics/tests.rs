@@ -780,6 +780,9 @@ fn malformed_and_unknown_events_are_only_read() {
         ("worker.", json!({"uuid": "w"})),
         ("worker.deregistered", json!({"uuid": "never"})),
         ("config.written", json!({"serial_no": 4})),
+        ("config.lock_violation", json!({"kinds": {"node": -1}})),
+        ("config.lock_violation", json!({"kinds": [1, 2, 3]})),
+        ("config.lock_violation", json!({"count": 2})),
         ("job.submitted", json!({"id": 1, "received": [1, 0]})),
         ("", json!({})),
     ];
@@ -789,13 +792,81 @@ fn malformed_and_unknown_events_are_only_read() {
     let json = feed.json(2.0);
     assert_eq!(
         counter(&json, &["events_read_total"]),
-        &json!({"luxid": 10, "wconfd": 14})
+        &json!({"luxid": 10, "wconfd": 17})
     );
     assert_eq!(json, {
         let mut fresh = Feed::new();
-        fresh.metrics.counters.events_read = [10, 14];
+        fresh.metrics.counters.events_read = [10, 17];
         fresh.json(2.0)
     });
+}
+
+#[test]
+fn config_lock_violations_are_counted_by_kind() {
+    let mut feed = Feed::new();
+    let zeros = json!({"instance": 0, "nodegroup": 0, "node": 0});
+    assert_eq!(
+        counter(&feed.json(0.0), &["config_lock_violations_total"]),
+        &zeros
+    );
+    let kinds = |instance: u64, nodegroup: u64, node: u64| {
+        json!({"owner": "7", "refused": false, "count": instance + nodegroup + node,
+               "kinds": {"instance": instance, "nodegroup": nodegroup, "node": node},
+               "violations": []})
+    };
+    feed.wconfd(1.0, "config.lock_violation", kinds(2, 0, 1));
+    feed.wconfd(2.0, "config.lock_violation", kinds(0, 1, 12));
+    // A kind left out counts none.
+    feed.wconfd(
+        3.0,
+        "config.lock_violation",
+        json!({"owner": "8", "refused": true, "count": 1, "kinds": {"instance": 1}}),
+    );
+    let json = feed.json(4.0);
+    assert_eq!(
+        counter(&json, &["config_lock_violations_total"]),
+        &json!({"instance": 3, "nodegroup": 1, "node": 13})
+    );
+    let parsed = parse_prometheus(&feed.metrics.prometheus_text(4.0));
+    assert_eq!(
+        parsed.families["warden_config_lock_violations_total"].0,
+        "counter"
+    );
+    for (kind, count) in [("instance", 3.0), ("nodegroup", 1.0), ("node", 13.0)] {
+        assert_eq!(
+            sample(
+                &parsed,
+                "warden_config_lock_violations_total",
+                &[("kind", kind)]
+            ),
+            Some(count)
+        );
+    }
+    let sent = lines(&Statsd::new("warden", 1.0).due(&feed.metrics, 4.0));
+    assert!(
+        sent.contains(&"warden.config.lock_violations.node:13|c".to_owned()),
+        "{sent:?}"
+    );
+    // The kinds are the configuration check's, in its order.
+    let kinds: Vec<&str> = crate::store::config_check::EntityKind::ALL
+        .iter()
+        .map(|kind| kind.as_str())
+        .collect();
+    assert_eq!(kinds, ENTITY_KINDS);
+    // Saved and restored; a state saved before the counter restores zeros.
+    let saved = feed.metrics.save();
+    let restored = Metrics::restore(&saved).expect("restores");
+    assert_eq!(restored.to_json(4.0), json);
+    let mut older = saved.clone();
+    older["counters"]
+        .as_object_mut()
+        .expect("counters")
+        .remove("config_lock_violations");
+    let restored = Metrics::restore(&older).expect("restores");
+    assert_eq!(
+        counter(&restored.to_json(4.0), &["config_lock_violations_total"]),
+        &zeros
+    );
 }
 
 #[test]
@@ -980,6 +1051,7 @@ fn the_json_has_the_documented_shape() {
             "opcodes_total",
             "lock_grants_total",
             "owner_deaths_total",
+            "config_lock_violations_total",
             "hook_runs_total",
             "hook_failures_total",
             "events_read_total"
@@ -1087,6 +1159,10 @@ fn a_damaged_save_is_an_error_that_says_what() {
     assert!(damage(&["workers", "0", "2"], json!(["unknown"])).contains("not tracked"));
     assert!(damage(&["groups", "1"], saved["groups"][0].clone()).contains("twice"));
     assert!(damage(&["counters", "lock_grants"], json!([1])).contains("lock_grants"));
+    assert!(
+        damage(&["counters", "config_lock_violations"], json!([1, -1, 0]))
+            .contains("config_lock_violations")
+    );
     assert!(damage(&["counters", "opcodes"], json!({"fine": 1})).contains("fine"));
     assert!(damage(&["histograms", "lock_wait"], json!([1.0, [1, 2]])).contains("lock_wait"));
     assert!(damage(&["histograms", "job_run", "0"], json!(-1.0)).contains("job_run"));
