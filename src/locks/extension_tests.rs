@@ -185,15 +185,16 @@ fn copy(locks: &LockManager) -> LockManager {
     copy
 }
 
-/// Everything the saved forms show, and the change counter.
-fn fingerprint(
-    locks: &LockManager,
-) -> (
+/// Everything the saved forms and the lock listing show, and the change
+/// counter.
+type Fingerprint = (
     super::SavedState,
     super::SavedExtensions,
     u64,
     Vec<(LockName, Vec<(OwnerRef, Mode)>)>,
-) {
+);
+
+fn fingerprint(locks: &LockManager) -> Fingerprint {
     (
         locks.saved(),
         locks.saved_extensions(),
@@ -571,6 +572,28 @@ fn no_release_but_a_death_marks_a_lock() {
     let before = locks.changes();
     assert_eq!(free_dead(&mut locks, &j5), Vec::<u64>::new());
     assert_eq!(locks.changes(), before, "nothing to free, nothing changed");
+    assert!(marks(&locks).is_empty());
+}
+
+#[test]
+fn owners_sharing_a_lock_that_all_died_are_all_told() {
+    let mut locks = LockManager::new();
+    let (j1, j2, j3) = (job(1), job(2), job(3));
+    take(&mut locks, &j1, &[s("cluster/BGL")]);
+    take(&mut locks, &j2, &[s("cluster/BGL")]);
+    free_dead(&mut locks, &j1);
+    free_dead(&mut locks, &j2);
+    assert_eq!(
+        marks(&locks),
+        [death("cluster/BGL", 1, 1), death("cluster/BGL", 2, 2)]
+    );
+    let restored = copy(&locks);
+    assert_eq!(marks(&restored), marks(&locks));
+    take(&mut locks, &j3, &[x("cluster/BGL")]);
+    assert_eq!(
+        told(&locks, &j3, "cluster/BGL"),
+        [death("cluster/BGL", 1, 1), death("cluster/BGL", 2, 2)]
+    );
     assert!(marks(&locks).is_empty());
 }
 
@@ -977,6 +1000,24 @@ fn what_if_answers_as_an_update_would_and_changes_nothing() {
             (1, held("node/n1", Mode::Shared)),
         ])
     );
+}
+
+/// A waiting request stays filed where it is when a smaller owner starts
+/// blocking it too; `what_if` of the same request says so.
+#[test]
+fn what_if_of_a_waiting_request_names_where_it_is_filed() {
+    let (j1, j2, j3) = (job(1), job(2), job(3));
+    let mut locks = LockManager::new();
+    take(&mut locks, &j2, &[s("node/n2")]);
+    assert_eq!(
+        wait(&mut locks, &j3, 0, &[x("node/n2")]),
+        Ok((vec![2], vec![]))
+    );
+    take(&mut locks, &j1, &[s("node/n2")]);
+    assert_eq!(filed_under(&locks, &j3), Some(2));
+    let again = assert_what_if_matches(&locks, &j3, 0, &[x("node/n2")]);
+    assert_eq!(ids(&again.blockers), [1, 2]);
+    assert_eq!(again.filed_under.as_deref().map(id), Some(2));
 }
 
 #[test]
