@@ -7,10 +7,11 @@
 //!   downgrade is not a grant. The counter only moves up, and it is part
 //!   of the saved state, so tokens increase across restarts.
 //! - When a dead owner's locks are freed, each lock it held is marked with
-//!   that owner and its token. The next grant covering a marked lock (the
-//!   lock itself or its group) is told, and takes the mark away; a grant
-//!   of a member of a marked group is told too but leaves the mark, since
-//!   the group's other members may still need repair.
+//!   that owner and its token (a lock shared by owners that all died has
+//!   a mark for each). The next grant covering a marked lock (the lock
+//!   itself or its group) is told, and takes the marks away; a grant of a
+//!   member of a marked group is told too but leaves the group's marks,
+//!   since the group's other members may still need repair.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -55,8 +56,9 @@ pub struct SavedGrants {
 pub struct Grants {
     last_token: Token,
     held: HashMap<OwnerRef, BTreeMap<LockName, Grant>, BuildHasherDefault<OwnerHasher>>,
-    /// Per lock, the dead owner that held it, not yet told to a grantee.
-    marks: BTreeMap<LockName, Death>,
+    /// Per lock, the dead owners that held it, not yet told to a grantee
+    /// (never an empty list).
+    marks: BTreeMap<LockName, Vec<Death>>,
     /// Set between [`Grants::begin_grant`] and [`Grants::end_grant`]: a
     /// union grants its locks one by one, as one grant.
     in_one_grant: bool,
@@ -147,23 +149,28 @@ impl Grants {
             return;
         };
         for (lock, grant) in held {
-            self.marks.insert(
-                lock.clone(),
-                Death {
-                    lock: lock.clone(),
-                    owner: owner.clone(),
-                    token: grant.token,
-                },
-            );
+            // Another owner that shared the lock may have died before:
+            // both are told.
+            self.marks.entry(lock.clone()).or_default().push(Death {
+                lock: lock.clone(),
+                owner: owner.clone(),
+                token: grant.token,
+            });
         }
-        while self.marks.len() > marks_max {
-            let oldest = self
-                .marks
-                .iter()
-                .min_by_key(|(_, death)| death.token)
-                .map(|(lock, _)| lock.clone())
-                .expect("over the bound, so not empty");
-            self.marks.remove(&oldest);
+        let count: usize = self.marks.values().map(Vec::len).sum();
+        if count > marks_max {
+            let mut all: Vec<Death> = std::mem::take(&mut self.marks)
+                .into_values()
+                .flatten()
+                .collect();
+            // Stable: among equal tokens the first in lock order goes.
+            all.sort_by_key(|death| death.token);
+            for death in all.into_iter().skip(count - marks_max) {
+                self.marks
+                    .entry(death.lock.clone())
+                    .or_default()
+                    .push(death);
+            }
         }
     }
 
@@ -185,7 +192,7 @@ impl Grants {
     }
 
     pub fn marks(&self) -> impl Iterator<Item = &Death> {
-        self.marks.values()
+        self.marks.values().flatten()
     }
 
     pub fn saved(&self) -> SavedGrants {
@@ -201,7 +208,7 @@ impl Grants {
         SavedGrants {
             last_token: self.last_token,
             grants,
-            marks: self.marks.values().cloned().collect(),
+            marks: self.marks.values().flatten().cloned().collect(),
         }
     }
 
@@ -241,7 +248,11 @@ impl Grants {
                     death.lock, death.token, saved.last_token
                 ));
             }
-            grants.marks.insert(death.lock.clone(), death.clone());
+            grants
+                .marks
+                .entry(death.lock.clone())
+                .or_default()
+                .push(death.clone());
         }
         Ok(grants)
     }
@@ -269,26 +280,29 @@ impl Grants {
         }
         let granted: usize = self.held.values().map(BTreeMap::len).sum();
         assert_eq!(granted, count, "grants of locks nobody holds");
-        for (lock, death) in &self.marks {
-            assert_eq!(*lock, death.lock, "a mark filed under another lock");
-            assert!(
-                death.token <= self.last_token,
-                "a mark with an unissued token"
-            );
+        for (lock, deaths) in &self.marks {
+            assert!(!deaths.is_empty(), "an empty list of marks of {lock}");
+            for death in deaths {
+                assert_eq!(*lock, death.lock, "a mark filed under another lock");
+                assert!(
+                    death.token <= self.last_token,
+                    "a mark with an unissued token"
+                );
+            }
         }
     }
 }
 
 /// The marks a grant of `lock` is told of, taking away those it covers.
-fn tell(marks: &mut BTreeMap<LockName, Death>, lock: &LockName) -> Vec<Death> {
+fn tell(marks: &mut BTreeMap<LockName, Vec<Death>>, lock: &LockName) -> Vec<Death> {
     let mut died = Vec::new();
     if let Some(group) = lock.group()
-        && let Some(death) = marks.get(&group)
+        && let Some(deaths) = marks.get(&group)
     {
-        died.push(death.clone());
+        died.extend(deaths.iter().cloned());
     }
-    if let Some(death) = marks.remove(lock) {
-        died.push(death);
+    if let Some(deaths) = marks.remove(lock) {
+        died.extend(deaths);
     }
     if lock.is_group() {
         // The members sort right after their group; the group's own mark
@@ -299,7 +313,7 @@ fn tell(marks: &mut BTreeMap<LockName, Death>, lock: &LockName) -> Vec<Death> {
             .map(|(member, _)| member.clone())
             .collect();
         for member in members {
-            died.extend(marks.remove(&member));
+            died.extend(marks.remove(&member).into_iter().flatten());
         }
     }
     died
@@ -424,6 +438,40 @@ mod tests {
             [("instance/i1".to_string(), 1)]
         );
         assert_eq!(grants.grant(&next, &lock("instance/i1")).unwrap().token, 2);
+    }
+
+    #[test]
+    fn owners_sharing_a_lock_that_all_died_are_all_told() {
+        let mut grants = Grants::default();
+        let (first, second) = (owner(1), owner(2));
+        grants.granted(&first, &[lock("cluster/BGL")]);
+        grants.granted(&second, &[lock("cluster/BGL")]);
+        for dead in [&first, &second] {
+            grants.died(dead, 100);
+            grants.released(dead, &[lock("cluster/BGL")]);
+        }
+        let next = owner(3);
+        grants.granted(&next, &[lock("cluster/BGL")]);
+        assert_eq!(
+            told(&grants, &next, "cluster/BGL"),
+            [
+                ("cluster/BGL".to_string(), 1),
+                ("cluster/BGL".to_string(), 2)
+            ]
+        );
+        assert_eq!(grants.marks().count(), 0);
+    }
+
+    #[test]
+    fn the_bound_forgets_the_oldest_deaths_of_a_shared_lock_too() {
+        let mut grants = Grants::default();
+        let (first, second) = (owner(1), owner(2));
+        grants.granted(&first, &[lock("cluster/BGL")]);
+        grants.granted(&second, &[lock("cluster/BGL")]);
+        grants.died(&first, 1);
+        grants.died(&second, 1);
+        let kept: Vec<Token> = grants.marks().map(|death| death.token).collect();
+        assert_eq!(kept, [2]);
     }
 
     #[test]

@@ -648,7 +648,12 @@ impl LockManager {
             answer.error = Some(LockError::Deadlock(cycle));
             return answer;
         }
-        answer.filed_under = answer.blockers.first().cloned();
+        // A request already waiting stays where it is filed (possibly
+        // under a blocker other than its smallest one now).
+        answer.filed_under = match self.pending.get(owner) {
+            Some(pending) => self.groups[&pending.group].filed_under.clone(),
+            None => answer.blockers.first().cloned(),
+        };
         let wants: Vec<(LockName, Mode)> = request
             .iter()
             .filter_map(|entry| Some((entry.lock.clone(), entry.action.target()?)))

@@ -14,6 +14,8 @@
 //!   path both the daemon and journal replay take.
 
 pub mod allocation;
+#[cfg(test)]
+mod extension_tests;
 pub mod fairness;
 pub mod grants;
 pub mod manager;

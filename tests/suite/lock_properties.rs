@@ -47,14 +47,14 @@ use crate::reference::{Answer, Reference};
 
 const CASES: u32 = 512;
 const DIFFERENTIAL_CASES: u32 = 2048;
-const SEQUENCE_OPS_MAX: usize = 40;
+pub(crate) const SEQUENCE_OPS_MAX: usize = 40;
 /// The scenario tests must find a blocked waiting request in at least this
 /// share of their cases, or they test too little.
 const SCENARIO_FOUND_PERCENT_MIN: usize = 50;
 
 /// Five owners, in owner order: a named client before the jobs, jobs by
 /// number (10 after 2), then by livelock.
-fn owners() -> Vec<Owner> {
+pub(crate) fn owners() -> Vec<Owner> {
     let owners = vec![
         Owner::named("watcher", "/ll/watcher", 7),
         Owner::job(1, "/ll/job-1", 101),
@@ -83,7 +83,7 @@ fn universe_locks() -> Vec<LockName> {
     .collect()
 }
 
-fn config(cases: u32) -> ProptestConfig {
+pub(crate) fn config(cases: u32) -> ProptestConfig {
     ProptestConfig {
         cases,
         failure_persistence: None,
@@ -132,7 +132,7 @@ fn entry_strategy() -> impl Strategy<Value = Entry> {
     (lock_strategy(), action).prop_map(|(lock, action)| Entry::new(lock, action))
 }
 
-fn request_strategy() -> impl Strategy<Value = Vec<Entry>> {
+pub(crate) fn request_strategy() -> impl Strategy<Value = Vec<Entry>> {
     prop_oneof![
         1 => prop::collection::vec(entry_strategy(), 0..=0),
         8 => prop::collection::vec(entry_strategy(), 1..=1),
@@ -141,7 +141,7 @@ fn request_strategy() -> impl Strategy<Value = Vec<Entry>> {
     ]
 }
 
-fn priority_strategy() -> impl Strategy<Value = Priority> {
+pub(crate) fn priority_strategy() -> impl Strategy<Value = Priority> {
     -2i64..=2
 }
 
@@ -159,7 +159,7 @@ fn wanted_strategy() -> impl Strategy<Value = Vec<(LockName, Mode)>> {
     prop::collection::vec((lock_strategy(), mode_strategy()), 0..=4)
 }
 
-fn op_strategy() -> impl Strategy<Value = Op> {
+pub(crate) fn op_strategy() -> impl Strategy<Value = Op> {
     let owner = || 0..owners().len();
     prop_oneof![
         3 => (owner(), request_strategy())
@@ -183,7 +183,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
 /// Queues: single-entry waiting requests on a few hot locks, downgrades,
 /// and frequent releases of blockers, so that several waiters pile up
 /// behind one owner and a release grants a cascade of them.
-fn queue_op_strategy() -> impl Strategy<Value = Op> {
+pub(crate) fn queue_op_strategy() -> impl Strategy<Value = Op> {
     let owner = || 0..owners().len();
     let hot = prop::sample::select(
         [

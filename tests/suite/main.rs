@@ -9,6 +9,9 @@
 //!   of LOCKS.md, "Properties every implementation must keep".
 //! - [`lock_exhaustive`]: every sequence of up to four operations in a
 //!   small scope, against the model.
+//! - [`lock_extensions`]: proptest of fencing tokens, death marks, fifo
+//!   fairness, deadlock refusal and whatIf (D65 to D69) against naive
+//!   models, under every policy, through restarts and the store.
 //! - [`harness`]: operations as data, applying them, comparing answers and
 //!   states.
 //! - [`queue_reference`]: a naive model of luxid's queue, and the queue
@@ -28,6 +31,7 @@ mod ganeti_client;
 mod harness;
 mod load;
 mod lock_exhaustive;
+mod lock_extensions;
 mod lock_properties;
 mod luxid;
 mod luxid_bad_input;

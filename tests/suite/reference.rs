@@ -56,7 +56,7 @@ pub struct Reference {
 ///   group;
 /// - shared on L is blocked by an exclusive holder of L, owners holding a
 ///   member of L exclusively, and the exclusive holder of L's group.
-fn blocks(held: &LockName, held_mode: Mode, lock: &LockName, mode: Mode) -> bool {
+pub fn blocks(held: &LockName, held_mode: Mode, lock: &LockName, mode: Mode) -> bool {
     let same_lock = held == lock;
     let held_is_member_of_lock = held.group().as_ref() == Some(lock);
     let held_is_group_of_lock = lock.group().as_ref() == Some(held);
