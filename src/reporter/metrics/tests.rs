@@ -1051,6 +1051,7 @@ fn the_json_has_the_documented_shape() {
             "opcodes_total",
             "lock_grants_total",
             "owner_deaths_total",
+            "lock_deadlocks_refused_total",
             "config_lock_violations_total",
             "hook_runs_total",
             "hook_failures_total",
