@@ -372,6 +372,9 @@ pub struct Loaded {
     pub jobs: Vec<Job>,
     /// Finished jobs of the queue (not archived), by id.
     pub finished: Vec<FinishedJob>,
+    /// The livelocks finished jobs name that still exist: a runner killed
+    /// between its final write and its exit leaves its file behind.
+    pub finished_livelocks: Vec<PathBuf>,
     /// Job files that could not be read: each is logged and left alone.
     pub skipped: Vec<StoreError>,
 }
@@ -712,12 +715,18 @@ fn scan(dir: &Path) -> Result<(Loaded, JobId), StoreError> {
     }
     // Finished jobs are kept encoded from the start, so the decoded form of
     // the whole queue never exists at once.
-    let results: Vec<Result<Option<Result<Job, FinishedJob>>, StoreError>> = names
+    type Scanned = Result<Job, (FinishedJob, Option<PathBuf>)>;
+    let results: Vec<Result<Option<Scanned>, StoreError>> = names
         .par_iter()
         .map(|path| {
             Ok(read_job_file_bytes(path)?.map(|(job, bytes)| {
                 if job.is_final() {
-                    Err(FinishedJob::with_encoded(&job, bytes))
+                    let left = job
+                        .livelock
+                        .as_ref()
+                        .map(PathBuf::from)
+                        .filter(|livelock| fs::symlink_metadata(livelock).is_ok());
+                    Err((FinishedJob::with_encoded(&job, bytes), left))
                 } else {
                     Ok(job)
                 }
@@ -727,12 +736,16 @@ fn scan(dir: &Path) -> Result<(Loaded, JobId), StoreError> {
     let mut loaded = Loaded {
         jobs: Vec::new(),
         finished: Vec::with_capacity(results.len()),
+        finished_livelocks: Vec::new(),
         skipped: Vec::new(),
     };
     for result in results {
         match result {
             Ok(Some(Ok(job))) => loaded.jobs.push(job),
-            Ok(Some(Err(finished))) => loaded.finished.push(finished),
+            Ok(Some(Err((finished, left)))) => {
+                loaded.finished.push(finished);
+                loaded.finished_livelocks.extend(left);
+            }
             Ok(None) => {}
             Err(error) => loaded.skipped.push(error),
         }

@@ -73,15 +73,7 @@ pub fn start(root: &Path) -> Result<Server, DaemonError> {
     let livelock = crate::daemon::daemon_livelock(&livelock_dir, "luxi-daemon").map_err(
         io_error("cannot create the daemon's livelock in", &livelock_dir),
     )?;
-    let mut server = Server::new(
-        root,
-        settings,
-        queue,
-        loaded.jobs,
-        loaded.finished,
-        runner,
-        livelock,
-    )?;
+    let mut server = Server::new(root, settings, queue, loaded, runner, livelock)?;
     server.recover()?;
     let socket_path = root.join(LUXID_SOCKET_PATH);
     server.bind(&socket_path)?;

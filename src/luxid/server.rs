@@ -58,7 +58,7 @@ use crate::locks::Owner;
 use crate::paths::LIVELOCK_DIR;
 use crate::protocol::luxi::LuxiRequest;
 use crate::protocol::{WireError, parse_request};
-use crate::queue::{self, FinishedJob, Queue, parse_job_file_name};
+use crate::queue::{self, Loaded, Queue, parse_job_file_name};
 use crate::settings::Settings;
 use crate::sys;
 
@@ -140,8 +140,7 @@ impl Server {
         root: &Path,
         settings: Settings,
         queue: Queue,
-        jobs: Vec<Job>,
-        finished: Vec<FinishedJob>,
+        loaded: Loaded,
         runner_path: PathBuf,
         livelock: Livelock,
     ) -> Result<Server, DaemonError> {
@@ -205,7 +204,7 @@ impl Server {
         };
         let (events, said) =
             events::LuxidEvents::open(root, &settings, poll.registry(), EVENTS_SYNCED)?;
-        let (mut restored, watched) = restored(&queue, &livelock_dir, jobs, finished);
+        let (mut restored, watched) = restored(&queue, &livelock_dir, loaded);
         restored.filter_rules = queue.read_filters()?;
         restored.archived = archived_unfinished(&queue, &said, &restored);
         restored.events = said;
@@ -972,12 +971,18 @@ impl Shell {
 fn restored(
     queue: &Queue,
     livelock_dir: &Path,
-    jobs: Vec<Job>,
-    finished: Vec<FinishedJob>,
+    loaded: Loaded,
 ) -> (Restored, Vec<(JobId, OwnedFd)>) {
+    let Loaded {
+        jobs,
+        finished,
+        finished_livelocks,
+        skipped: _,
+    } = loaded;
     let mut restored = Restored {
         serial: queue.serial(),
         drained: queue.is_drained(),
+        finished_livelocks,
         ..Restored::default()
     };
     let mut watched = Vec::new();

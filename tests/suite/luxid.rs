@@ -1331,3 +1331,35 @@ fn the_serial_names_the_last_acknowledged_id_while_luxid_runs_and_after_a_kill()
     assert_eq!(cluster.submit(json!([exec(&["/bin/true"])])), 6);
     assert_eq!(serial(), 6);
 }
+
+#[test]
+fn a_finished_jobs_livelock_left_while_luxid_was_down_is_removed_at_start() {
+    // Found by the crash harness: a runner killed between its final job
+    // file and its exit, with luxid killed before it saw the death, left
+    // its livelock; the next luxid found the job final and did not look.
+    let mut cluster = Cluster::start();
+    let livelock_of = |cluster: &Cluster, id: u64| {
+        assert_eq!(cluster.wait_final(id), "success", "{}", cluster.logs());
+        let job: Value = serde_json::from_slice(
+            &fs::read(cluster.root().path().join(format!("queue/job-{id}"))).unwrap(),
+        )
+        .unwrap();
+        let livelock = PathBuf::from(job["livelock"].as_str().unwrap());
+        wait_until("the runner removes its livelock", DEADLINE, || {
+            !livelock.exists()
+        });
+        livelock
+    };
+    let dead = livelock_of(&cluster, cluster.submit(json!([exec(&["/bin/true"])])));
+    let alive = livelock_of(&cluster, cluster.submit(json!([exec(&["/bin/true"])])));
+    cluster.luxid.kill9();
+    // What a killed runner leaves: its file, held by no process.
+    fs::write(&dead, "").unwrap();
+    // A runner still exiting holds its file: it is left to the runner.
+    let held = fs::File::create(&alive).unwrap();
+    held.lock().unwrap();
+    cluster.luxid = Luxid::start_on(cluster.root());
+    assert!(!dead.exists(), "{}", cluster.logs());
+    assert!(alive.exists());
+    drop(held);
+}

@@ -84,6 +84,10 @@ pub struct Restored {
     pub drained: bool,
     pub jobs: Vec<Job>,
     pub finished: Vec<FinishedJob>,
+    /// The livelocks finished jobs name that still exist: each is removed
+    /// if released (its runner was killed after its job's end, with the
+    /// luxid that followed it).
+    pub finished_livelocks: Vec<PathBuf>,
     /// Unfinished jobs whose runner's livelock ([`runner_livelock`]) is
     /// held: a runner lives.
     pub held: BTreeSet<JobId>,
@@ -680,7 +684,11 @@ impl QueueCore {
             scheduling: scheduling::Scheduling::default(),
             backoff: BTreeMap::new(),
         };
-        let mut effects = Vec::new();
+        let mut effects: Vec<Effect> = restored
+            .finished_livelocks
+            .into_iter()
+            .map(|path| Effect::RemoveLivelock { path })
+            .collect();
         core.reconcile_events(&restored.jobs, &restored.archived);
         for job in restored.jobs {
             let id = job.id;

@@ -778,6 +778,7 @@ fn start_up_follows_live_runners_and_ends_dead_ones() {
             job(5, 0, &[]),
         ],
         finished: vec![],
+        finished_livelocks: vec![PathBuf::from("/ll/job_000009_1000")],
         held: BTreeSet::from([1, 2, 3]),
         watched: BTreeSet::from([1]),
         filter_rules: Vec::new(),
@@ -786,10 +787,16 @@ fn start_up_follows_live_runners_and_ends_dead_ones() {
     assert_eq!(driver.core.serial(), 5, "at least every job's id");
     assert_eq!(
         effects,
-        [Effect::WatchLivelock {
-            id: 2,
-            path: PathBuf::from("/ll/job_000002_1000")
-        }]
+        [
+            // A finished job's runner killed before its exit left this.
+            Effect::RemoveLivelock {
+                path: PathBuf::from("/ll/job_000009_1000")
+            },
+            Effect::WatchLivelock {
+                id: 2,
+                path: PathBuf::from("/ll/job_000002_1000")
+            }
+        ]
     );
     assert_eq!(driver.core.runner(1), Some(&Runner::Running { pid: 101 }));
     assert!(matches!(driver.core.runner(2), Some(Runner::Dying { .. })));
@@ -1385,6 +1392,7 @@ fn a_job_queued_again_after_a_death_before_its_start_time_keeps_its_start_by_met
         drained: false,
         jobs: vec![requeued],
         finished: vec![],
+        finished_livelocks: vec![],
         held: BTreeSet::new(),
         watched: BTreeSet::new(),
         filter_rules: Vec::new(),
