@@ -856,20 +856,49 @@ fn check_deaths(shared: &Shared, rows: &BTreeMap<u64, Value>, daemons: &mut Daem
         .figures
         .deaths_told
         .store(told.len() as u64, Ordering::Relaxed);
+    // The opcodes of the jobs told dead: those checked above, and the
+    // others (a submission whose answer was lost, a board's prepare) from
+    // luxid.
+    let mut ops_of: BTreeMap<u64, Vec<Value>> = rows
+        .iter()
+        .map(|(id, row)| (*id, row[2].as_array().cloned().unwrap_or_default()))
+        .collect();
+    let others: Vec<u64> = told
+        .iter()
+        .filter_map(|(death, _)| death.owner[0].as_u64())
+        .filter(|id| !ops_of.contains_key(id))
+        .collect::<std::collections::BTreeSet<u64>>()
+        .into_iter()
+        .collect();
+    if !others.is_empty() {
+        let answer = luxid(shared).and_then(|mut client| {
+            client
+                .query_jobs(Some(&others), &["ops"])
+                .map_err(|error| error.to_string())
+        });
+        match answer {
+            Ok(answer) => {
+                for (id, row) in others.iter().zip(answer) {
+                    ops_of.insert(*id, row[0].as_array().cloned().unwrap_or_default());
+                }
+            }
+            Err(error) => return shared.violation(format!("QueryJobs failed: {error}")),
+        }
+    }
     for (death, told) in &told {
         let ident = &death.owner[0];
         let explained = if let Some(id) = ident.as_u64() {
-            let ops = rows
-                .get(&id)
-                .and_then(|row| row[2].as_array().cloned())
-                .unwrap_or_default();
+            let ops = ops_of.get(&id).cloned().unwrap_or_default();
             let job = jobs.get(&id);
             let died = runners_killed.contains(&id)
-                || job.is_some_and(|job| job.kill_asked || job.workers.is_some())
+                || job.is_some_and(|job| job.kill_asked)
+                // wconfd ends a job whose board failed or went into
+                // maintenance with `kill`.
+                || ops.iter().any(|op| op["workers"].is_object())
                 || ops.iter().any(|op| program_kind(op) == Some(RUNNER_KILLER))
                 || left_locks.contains(&id)
                 || (job.is_none() && prepares_canceled.contains(&id));
-            // (Of a job the harness submitted and queried.)
+            // (Of a job luxid still knows.)
             let held = ops.is_empty()
                 || death.lock == "cluster/BGL"
                 || ops
