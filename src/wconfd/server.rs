@@ -323,11 +323,17 @@ impl Server {
                 continue;
             }
             let reply = match self.state.end_await_of_token(token) {
+                // Still pending: its blockers as a fifo queue names them
+                // (waiters ahead too), never empty while it waits.
                 Some((owner, waiting)) => Ok(self.state.await_answer(
                     &owner,
                     &waiting.request,
                     waiting.fence,
-                    &self.state.manager.blockers(&owner, &waiting.request),
+                    &self
+                        .state
+                        .manager
+                        .pending_blockers(&owner)
+                        .unwrap_or_else(|| self.state.manager.blockers(&owner, &waiting.request)),
                 )),
                 None => Err(WireError::generic("the await was lost")),
             };

@@ -440,3 +440,30 @@ fn a_policy_change_at_restart_judges_the_waiters_again() {
         json!([["node/n2", "shared"]])
     );
 }
+
+#[test]
+fn a_fifo_await_timing_out_behind_a_waiter_names_the_waiter_not_a_grant() {
+    let wconfd = Wconfd::start_with_settings("[wconfd]\nfairness = \"fifo\"\n");
+    let mut client = wconfd.client();
+    let j1 = OwnerProcess::spawn(&wconfd.livelock_dir(), 1);
+    let j2 = OwnerProcess::spawn(&wconfd.livelock_dir(), 2);
+    let j3 = OwnerProcess::spawn(&wconfd.livelock_dir(), 3);
+    try_update(&mut client, &j1, &[("node/n1", "shared")]);
+    let group = request(&[("node/[lockset]", "exclusive")]);
+    client.ok("updateLocksWaiting", json!([j2.owner(), 0, group]));
+    // Job 3 holds nothing: it queues behind job 2, whom no holder of
+    // node/n2 is in the way of. Its await times out still waiting.
+    let member = request(&[("node/n2", "shared")]);
+    let answer = client.ok("awaitLocks", json!([j3.owner(), 0, member, 200]));
+    assert_eq!(answer, json!([j2.owner()]));
+    let fenced = client.ok(
+        "awaitLocks",
+        json!([j3.owner(), 0, member, 200, {"fence": true}]),
+    );
+    assert_eq!(fenced, json!({"blockers": [j2.owner()]}));
+    assert_eq!(
+        client.ok("hasPendingRequest", json!([j3.owner()])),
+        json!(true)
+    );
+    assert_eq!(client.ok("listLocks", json!([j3.owner()])), json!([]));
+}
