@@ -88,7 +88,6 @@ fn failure_message(args: &[Value]) -> String {
     }
 }
 
-/// One connection to a daemon.
 /// The answer of an `awaitLocks` sent with `fence` *(extension)*.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FencedAnswer {
@@ -101,6 +100,24 @@ pub struct FencedAnswer {
     pub died: Vec<Value>,
 }
 
+impl FencedAnswer {
+    /// The answer as wconfd sends it (PROTOCOL.md "Fencing, deaths,
+    /// what-if"); None if it is not of that shape.
+    pub fn decode(answer: &Value) -> Option<FencedAnswer> {
+        let blockers = answer.get("blockers")?.as_array()?;
+        let died = match answer.get("died") {
+            Some(died) => died.as_array()?.clone(),
+            None => Vec::new(),
+        };
+        Some(FencedAnswer {
+            blockers: blockers.clone(),
+            token: answer.get("token").and_then(Value::as_u64),
+            died,
+        })
+    }
+}
+
+/// One connection to a daemon.
 #[derive(Debug)]
 pub struct Client {
     daemon: Daemon,
@@ -313,19 +330,8 @@ impl Client {
     /// the grant's token and the dead previous holders it was told of.
     pub fn receive_fenced(&mut self) -> Result<FencedAnswer, ClientError> {
         let answer = self.receive()?;
-        let blockers = answer.get("blockers").and_then(Value::as_array);
-        let died = answer
-            .get("died")
-            .map_or(Some(&[][..]), |died| died.as_array().map(Vec::as_slice));
-        let token = answer.get("token").and_then(Value::as_u64);
-        match (blockers, died) {
-            (Some(blockers), Some(died)) => Ok(FencedAnswer {
-                blockers: blockers.clone(),
-                token,
-                died: died.to_vec(),
-            }),
-            _ => Err(self.malformed("a fenced lock request", &answer)),
-        }
+        FencedAnswer::decode(&answer)
+            .ok_or_else(|| self.malformed("a fenced lock request", &answer))
     }
 
     // ----- luxid -----

@@ -380,6 +380,14 @@ impl LockManager {
         self.pending.contains_key(owner) || self.allocation.holdings(owner).is_some()
     }
 
+    /// The owners blocking the pending request of `owner` now, as its
+    /// answers name them: the holders in its way and, in fifo mode, the
+    /// conflicting waiters ahead of it. `None` if it has none pending.
+    pub fn pending_blockers(&self, owner: &Owner) -> Option<Vec<OwnerRef>> {
+        let (known, pending) = self.pending.get_key_value(owner)?;
+        Some(self.blockers_at(owner, Some(&pending.key(known)), &pending.request))
+    }
+
     /// The owners blocking `request` of `owner` now (empty: it would be
     /// granted).
     pub fn blockers(&self, owner: &Owner, request: &[Entry]) -> Vec<OwnerRef> {

@@ -35,6 +35,13 @@
 //! `lock_timeout` ran nothing; a job canceled by its `start_by` never
 //! started, and one that started did so by its `start_by`.
 //!
+//! Fencing tokens and deaths (see [`super::fences`]): every listing with
+//! tokens (before each chaos action, after each start of wconfd, the lock
+//! clients' own) records its tokens and deaths; after a start of wconfd
+//! each live lock owner's locks show the tokens answered before the
+//! crash; at the end every death told names an owner that really ended
+//! holding that lock (`check_deaths`).
+//!
 //! The worker client's farm is checked after each start of wconfd and at
 //! the end (what was acknowledged stands), and at the end no board was
 //! held by two jobs' programs at once and each handover of a board with a
@@ -126,12 +133,14 @@ pub fn chaos_step(rng: &mut Rng, shared: &Shared, daemons: &mut Daemons) {
     if shared.failed() {
         return;
     }
-    // wconfd's own table never shows conflicting holders.
+    // wconfd's own table never shows conflicting holders; its tokens and
+    // deaths are recorded.
     if let Ok(mut client) = wconfd(shared)
-        && let Ok(table) = client.list_all_locks_owners()
+        && let Ok(table) = client.wconfd(&WconfdRequest::ListAllLocksOwners { tokens: true })
     {
         shared.figures.table_checks.fetch_add(1, Ordering::Relaxed);
         check_table(shared, &table);
+        shared.observe_tokens(&table);
     }
     // Now and then the elected reporter dies; another takes over.
     if rng.below(20) == 0 {
@@ -312,8 +321,18 @@ pub fn after_wconfd_start(shared: &Shared) {
     if let Some(config) = call(WconfdRequest::ReadConfig) {
         check_config(shared, &config, "after a wconfd start");
     }
-    if let Some(table) = call(WconfdRequest::ListAllLocksOwners { tokens: false }) {
+    if let Some(table) = call(WconfdRequest::ListAllLocksOwners { tokens: true }) {
         check_table(shared, &table);
+        shared.observe_tokens(&table);
+        // Every token acknowledged before the crash is the one listed now.
+        for (index, model) in shared.models.iter().enumerate() {
+            let mut model = model.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Err(message) = super::lock_clients::check_tokens(shared, &mut model, &table) {
+                shared.violation(format!(
+                    "after a wconfd start, lock client {index}: {message}"
+                ));
+            }
+        }
         // The two listings agree for the lock clients' owners (runners
         // change theirs meanwhile).
         let mut by_owner: BTreeMap<String, Vec<(String, Mode)>> = BTreeMap::new();
@@ -718,6 +737,7 @@ pub fn final_checks(shared: &Shared, daemons: &mut Daemons, settle: Duration) {
     check_lock_timeouts(shared, &rows);
     check_start_by(shared, &rows);
     check_holds(shared);
+    check_deaths(shared, &rows, daemons);
     match wconfd(shared) {
         Ok(mut client) => check_farm(shared, &mut client, "at the end"),
         Err(error) => shared.violation(format!("wconfd answers no more: {error}")),
@@ -738,6 +758,209 @@ pub fn final_checks(shared: &Shared, daemons: &mut Daemons, settle: Duration) {
     let swept = SystemTime::now();
     check_lock_table_empty(shared);
     check_livelocks(shared, swept);
+}
+
+/// Every death told (to a lock client's fenced grant, on a holding in a
+/// listing, in a job's `why` entry) follows a real death of that owner
+/// holding that lock (D66): a lock client's owner killed by the chaos
+/// (before the death was first seen, holding the lock with that token as
+/// far as its client knows), a job whose runner was killed or ended
+/// without freeing its locks, a reporter that was killed or exited. A
+/// config client's owner frees its locks before it ends, so it never dies
+/// holding one.
+fn check_deaths(shared: &Shared, rows: &BTreeMap<u64, Value>, daemons: &mut Daemons) {
+    // The deaths the jobs' runners were told of, with their grants' fences.
+    for (id, row) in rows {
+        let ops = row[2].as_array().cloned().unwrap_or_default();
+        for (index, log) in row[10].as_array().into_iter().flatten().enumerate() {
+            for entry in log.as_array().into_iter().flatten() {
+                let Some(died) = entry[3]["previous_holder_died"].as_array() else {
+                    continue;
+                };
+                let told_to = format!("job {id}'s opcode {index}");
+                let (Some(fence), Some(seen_us)) =
+                    (entry[3]["fence"].as_u64(), timestamp_us(&entry[1]))
+                else {
+                    shared.violation(format!("{told_to} has a malformed why entry {entry}"));
+                    continue;
+                };
+                let mut locks = vec!["cluster/BGL".to_owned()];
+                locks.extend(
+                    ops.get(index)
+                        .map(opcode_locks)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(lock, _)| lock),
+                );
+                let mut errors = Vec::new();
+                {
+                    let mut fences = shared.fences();
+                    errors.extend(fences.seen(fence, &id.to_string()).err());
+                    for death in died {
+                        errors.extend(fences.told(death, seen_us, &told_to, (fence, &locks)).err());
+                    }
+                }
+                for error in errors {
+                    shared.violation(format!("{told_to}'s why entry: {error}"));
+                }
+            }
+        }
+    }
+    if let Ok(mut client) = wconfd(shared)
+        && let Ok(table) = client.wconfd(&WconfdRequest::ListAllLocksOwners { tokens: true })
+    {
+        shared.observe_tokens(&table);
+    }
+    daemons.reporters.reap(shared);
+    let reporters_gone = shared
+        .reporters_gone
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let runners_killed = shared
+        .runners_killed
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    // Runners that ended unable to free their job's locks (wconfd away):
+    // their owner is dead with them.
+    let log = fs::read_to_string(daemons.luxid.log_path()).unwrap_or_default();
+    let logged = |what: &str| -> std::collections::BTreeSet<u64> {
+        log.lines()
+            .filter(|line| line.contains(what))
+            .filter_map(|line| {
+                line.split_whitespace()
+                    .find_map(|word| word.strip_prefix("job=")?.parse().ok())
+            })
+            .collect()
+    };
+    let left_locks = logged("cannot free the job's locks");
+    // A board's prepare job that luxid canceled (with kill) because a
+    // newer state of the board won: not one of the harness's jobs.
+    let prepares_canceled = logged("canceling the prepare job");
+    let jobs = shared.jobs().clone();
+    let owners: BTreeMap<String, std::sync::Arc<processes::OwnerProcess>> = shared
+        .owners
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .map(|owner| (owner.ident.clone(), std::sync::Arc::clone(owner)))
+        .collect();
+    let told: Vec<(super::fences::Death, super::fences::Told)> =
+        shared.fences().told_deaths().cloned().collect();
+    shared
+        .figures
+        .tokens_seen
+        .store(shared.fences().tokens() as u64, Ordering::Relaxed);
+    shared
+        .figures
+        .deaths_told
+        .store(told.len() as u64, Ordering::Relaxed);
+    // The opcodes of the jobs told dead: those checked above, and the
+    // others (a submission whose answer was lost, a board's prepare) from
+    // luxid.
+    let mut ops_of: BTreeMap<u64, Vec<Value>> = rows
+        .iter()
+        .map(|(id, row)| (*id, row[2].as_array().cloned().unwrap_or_default()))
+        .collect();
+    let others: Vec<u64> = told
+        .iter()
+        .filter_map(|(death, _)| death.owner[0].as_u64())
+        .filter(|id| !ops_of.contains_key(id))
+        .collect::<std::collections::BTreeSet<u64>>()
+        .into_iter()
+        .collect();
+    if !others.is_empty() {
+        let answer = luxid(shared).and_then(|mut client| {
+            client
+                .query_jobs(Some(&others), &["ops"])
+                .map_err(|error| error.to_string())
+        });
+        match answer {
+            Ok(answer) => {
+                for (id, row) in others.iter().zip(answer) {
+                    ops_of.insert(*id, row[0].as_array().cloned().unwrap_or_default());
+                }
+            }
+            Err(error) => return shared.violation(format!("QueryJobs failed: {error}")),
+        }
+    }
+    for (death, told) in &told {
+        let ident = &death.owner[0];
+        let explained = if let Some(id) = ident.as_u64() {
+            let ops = ops_of.get(&id).cloned().unwrap_or_default();
+            let job = jobs.get(&id);
+            let died = runners_killed.contains(&id)
+                || job.is_some_and(|job| job.kill_asked)
+                // wconfd ends a job whose board failed or went into
+                // maintenance with `kill`.
+                || ops.iter().any(|op| op["workers"].is_object())
+                || ops.iter().any(|op| program_kind(op) == Some(RUNNER_KILLER))
+                || left_locks.contains(&id)
+                || (job.is_none() && prepares_canceled.contains(&id));
+            // (Of a job luxid still knows.)
+            let held = ops.is_empty()
+                || death.lock == "cluster/BGL"
+                || ops
+                    .iter()
+                    .any(|op| opcode_locks(op).iter().any(|(lock, _)| *lock == death.lock));
+            if !died {
+                Err(format!(
+                    "job {id}'s runner was neither killed nor did it end holding its locks"
+                ))
+            } else if !held {
+                Err(format!("job {id} never asked for {}", death.lock))
+            } else {
+                Ok(())
+            }
+        } else if ident.as_str() == Some(crate::reporter::REPORTER_IDENT) {
+            let pid = death.owner[2].as_u64().unwrap_or_default() as u32;
+            if reporters_gone.contains(&pid) {
+                Ok(())
+            } else {
+                Err(format!("reporter {pid} was neither killed nor did it exit"))
+            }
+        } else if let Some(owner) = ident.as_str().and_then(|name| owners.get(name)) {
+            shared
+                .figures
+                .deaths_of_lock_owners
+                .fetch_add(1, Ordering::Relaxed);
+            if owner.wire() != death.owner {
+                Err(format!(
+                    "the owner is not lock client owner {} ({})",
+                    owner.ident,
+                    owner.wire()
+                ))
+            } else if let OwnerFate::Killed { .. } = owner.fate() {
+                match shared.fences().dead(&death.owner) {
+                    Some(dead) => super::fences::check_against(death, told, dead),
+                    None => Err(format!(
+                        "{} was killed but its client never found it dead",
+                        owner.ident
+                    )),
+                }
+            } else {
+                Err(format!(
+                    "{} never died ({}); it ended after freeing its locks",
+                    owner.ident,
+                    owner.describe()
+                ))
+            }
+        } else {
+            Err(
+                "no owner the harness killed or let die (a config client's owner frees \
+                 its lock before it ends)"
+                    .to_owned(),
+            )
+        };
+        if let Err(message) = explained {
+            shared.violation(format!(
+                "{} was told that {} died holding {} with token {} (first seen at {} µs), \
+                 but {message}",
+                told.told_to, death.owner, death.lock, death.token, told.first_seen_us
+            ));
+        }
+    }
 }
 
 /// Every final status is explained.

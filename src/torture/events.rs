@@ -68,7 +68,7 @@ impl Reporters {
 
     /// Starts reporters until `count` run.
     pub fn keep(&mut self, count: usize, shared: &Shared) {
-        self.reap();
+        self.reap(shared);
         while self.running.len() < count {
             let log: File = match OpenOptions::new()
                 .create(true)
@@ -111,9 +111,18 @@ impl Reporters {
     /// Reporters that exited on their own are gone from the list (a
     /// reporter deposed or failing is the log's business: the election
     /// goes on).
-    fn reap(&mut self) {
-        self.running
-            .retain_mut(|child| matches!(child.try_wait(), Ok(None)));
+    pub fn reap(&mut self, shared: &Shared) {
+        let mut gone = shared
+            .reporters_gone
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.running.retain_mut(|child| {
+            let running = matches!(child.try_wait(), Ok(None));
+            if !running {
+                gone.insert(child.id());
+            }
+            running
+        });
     }
 
     /// SIGKILL to the elected one (the holder of `service/reporter`), if
@@ -123,6 +132,12 @@ impl Reporters {
             return;
         };
         if let Some(index) = self.running.iter().position(|child| child.id() == pid) {
+            // Recorded before the signal: its death may be told at once.
+            shared
+                .reporters_gone
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(pid);
             let mut child = self.running.remove(index);
             let _ = child.kill();
             let _ = child.wait();

@@ -9,6 +9,17 @@
 //! `hasPendingRequest`, which must show the state before the request or
 //! after it, never anything else (updates are all-or-nothing and durable
 //! before they are answered).
+//!
+//! Fencing tokens (D65): most `awaitLocks` ask for the grant's fence, so
+//! the client learns its token and the deaths it was told of at once; the
+//! token of a grant answered without one is learnt from the next
+//! `listAllLocksOwners [{"tokens": true}]`, which the client reads now and
+//! then. Each grant remembers [`Fences::high`](super::fences::Fences::high)
+//! as it was when its request was sent (the first request, for one that
+//! waited), which its token must exceed. While sure of its state the client
+//! asks `checkFence` of a lock it holds (true) or has just released
+//! (false). An owner found killed leaves what it may have held then, with
+//! the tokens, for the checks of the deaths told of it.
 
 use crate::limits::TORTURE_AWAIT_TIMEOUT_MS;
 use std::collections::BTreeMap;
@@ -18,11 +29,12 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::client::{Client, ClientError, Daemon};
+use crate::client::{Client, ClientError, Daemon, FencedAnswer};
 use crate::locks::{Action, Entry, LockName, Mode};
 use crate::protocol::Request;
 use crate::protocol::wconfd::WconfdRequest;
 
+use super::fences::{DeadOwner, TokenBound};
 use super::history::{Interval, now_us};
 use super::processes::{OwnerFate, OwnerProcess};
 use super::rng::Rng;
@@ -55,6 +67,13 @@ fn lock_key(name: &str) -> LockName {
 pub struct Held {
     pub mode: Mode,
     pub since_us: u64,
+    /// The client's number of the grant that gave it (one token for all
+    /// the locks of a grant).
+    pub grant: u64,
+    /// The grant's token, once known.
+    pub token: Option<u64>,
+    /// The highest token seen when the grant's request was sent.
+    pub high_before: u64,
 }
 
 /// A request sent whose outcome is not known yet.
@@ -69,6 +88,9 @@ pub struct Sent {
     /// Whether it drops a pending request (`freeLocks`).
     pub drops_pending: bool,
     pub sent_us: u64,
+    /// The highest token seen when it was sent (for a pending request
+    /// asked again: when it was first sent).
+    pub high_before: u64,
 }
 
 /// What one client knows of its current owner.
@@ -78,6 +100,12 @@ pub struct ClientModel {
     pub held: BTreeMap<String, Held>,
     /// An acknowledged pending request (the locks it acquires).
     pub pending: Option<Vec<(String, Mode)>>,
+    /// The highest token seen when the pending request was first sent.
+    pub pending_high_before: u64,
+    /// The locks of an acquire being sent and the highest token seen
+    /// before: if the owner is found killed when its answer comes, it may
+    /// have held them.
+    pub acquiring: Option<(Vec<(String, Mode)>, u64)>,
     /// A request whose answer was lost.
     pub unsure: Option<Sent>,
     /// The locks of a release being sent, and when it was sent: if the
@@ -105,6 +133,50 @@ impl ClientModel {
     /// that its death must free it and remove its livelock.
     pub fn known_to_wconfd(&self) -> bool {
         self.unsure.is_none() && (!self.held.is_empty() || self.pending.is_some())
+    }
+
+    /// Every lock the owner may hold now, with what is known of its token:
+    /// those held, and those of a request pending, in flight or unsure.
+    fn might_hold(&self) -> BTreeMap<String, TokenBound> {
+        let mut locks: BTreeMap<String, TokenBound> = BTreeMap::new();
+        let mut add = |lock: &str, bound: TokenBound| {
+            locks
+                .entry(lock.to_owned())
+                .and_modify(|known| *known = known.or(bound))
+                .or_insert(bound);
+        };
+        for (lock, held) in &self.held {
+            add(
+                lock,
+                TokenBound {
+                    exact: held.token,
+                    above: held.high_before,
+                },
+            );
+        }
+        let asked = [
+            self.pending
+                .as_ref()
+                .map(|pending| (pending, self.pending_high_before)),
+            self.unsure
+                .as_ref()
+                .map(|unsure| (&unsure.acquire, unsure.high_before)),
+            self.acquiring
+                .as_ref()
+                .map(|(acquire, high_before)| (acquire, *high_before)),
+        ];
+        for (acquire, high_before) in asked.into_iter().flatten() {
+            for (lock, _) in acquire {
+                add(
+                    lock,
+                    TokenBound {
+                        exact: None,
+                        above: high_before,
+                    },
+                );
+            }
+        }
+        locks
     }
 
     pub fn expected_listing(&self) -> Vec<(String, Mode)> {
@@ -144,6 +216,7 @@ pub fn run(shared: &Shared, index: usize, model: &Mutex<ClientModel>) {
         rng: Rng::stream(shared.seed, 1000 + index as u64),
         connection: None,
         owners_made: 0,
+        grants_made: 0,
         backoff: Backoff::new(),
         trace: std::collections::VecDeque::new(),
     };
@@ -162,6 +235,8 @@ struct LockClient<'a> {
     rng: Rng,
     connection: Option<Client>,
     owners_made: u64,
+    /// Grants acknowledged, numbering them.
+    grants_made: u64,
     backoff: Backoff,
     /// The client's last calls and their outcomes, reported with a
     /// violation.
@@ -274,6 +349,13 @@ impl LockClient<'_> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push((Arc::clone(&owner), !in_flight && model.known_to_wconfd()));
+        self.shared.fences().died(
+            &owner.wire(),
+            DeadOwner {
+                killed_us: at_us,
+                might_hold: model.might_hold(),
+            },
+        );
         // A release sent before the death may have been applied any time
         // after it was sent: those locks end then.
         if let Some(unsure) = model.unsure.take() {
@@ -292,6 +374,7 @@ impl LockClient<'_> {
         model.owner = None;
         model.pending = None;
         model.unsure = None;
+        model.acquiring = None;
         true
     }
 
@@ -330,13 +413,36 @@ impl LockClient<'_> {
         }
     }
 
-    fn grant(model: &mut ClientModel, acquire: &[(String, Mode)], at_us: u64) {
+    /// The next number of a grant.
+    fn next_grant(&mut self) -> u64 {
+        self.grants_made += 1;
+        self.grants_made
+    }
+
+    /// A grant acknowledged: `acquire` is held from `at_us` on, with its
+    /// token if it was answered (the grant numbered and its token recorded
+    /// by [`LockClient::fenced_grant`]), else learnt later from a listing.
+    fn grant(
+        &mut self,
+        model: &mut ClientModel,
+        acquire: &[(String, Mode)],
+        at_us: u64,
+        fenced: Option<(u64, u64)>,
+        high_before: u64,
+    ) {
+        let (grant, token) = match fenced {
+            Some((grant, token)) => (grant, Some(token)),
+            None => (self.next_grant(), None),
+        };
         for (lock, mode) in acquire {
             model.held.insert(
                 lock.clone(),
                 Held {
                     mode: *mode,
                     since_us: at_us,
+                    grant,
+                    token,
+                    high_before,
                 },
             );
         }
@@ -360,6 +466,19 @@ impl LockClient<'_> {
             return;
         }
         let owner = model.owner.clone().expect("checked by owner_gone");
+        // Now and then: the tokens of the whole table, or a fence of a
+        // lock held.
+        match self.rng.below(100) {
+            0..=2 => {
+                self.list_tokens(&mut model);
+                return;
+            }
+            3..=5 => {
+                self.check_fence_held(&mut model, &owner);
+                return;
+            }
+            _ => {}
+        }
         if let Some(pending) = model.pending.clone() {
             // Wait for it, look, or give up.
             match self.rng.below(4) {
@@ -375,7 +494,10 @@ impl LockClient<'_> {
                         self.expect_answer(&model, "hasPendingRequest", outcome);
                     }
                 }
-                _ => self.send_acquire(&mut model, &owner, pending, Kind::Await),
+                _ => {
+                    let high_before = model.pending_high_before;
+                    self.send_acquire(&mut model, &owner, pending, Kind::Await, Some(high_before));
+                }
             }
             return;
         }
@@ -397,7 +519,7 @@ impl LockClient<'_> {
                 acquire.push((format!("node/{node}"), self.mode()));
             }
             let kind = self.kind();
-            self.send_acquire(&mut model, &owner, acquire, kind);
+            self.send_acquire(&mut model, &owner, acquire, kind, None);
             return;
         }
         let above: Vec<&str> = NODES
@@ -415,7 +537,7 @@ impl LockClient<'_> {
                 let node = self.rng.pick(&above);
                 let acquire = vec![(format!("node/{node}"), self.mode())];
                 let kind = self.kind();
-                self.send_acquire(&mut model, &owner, acquire, kind);
+                self.send_acquire(&mut model, &owner, acquire, kind, None);
             }
             3..=5 => self.send_update(&mut model, &owner, "free", Vec::new()),
             6 | 7 => {
@@ -510,18 +632,22 @@ impl LockClient<'_> {
         ));
     }
 
+    /// An acquire of `kind`; `high_before`: for a pending request asked
+    /// again, the highest token seen when it was first sent.
     fn send_acquire(
         &mut self,
         model: &mut ClientModel,
         owner: &OwnerProcess,
         acquire: Vec<(String, Mode)>,
         kind: Kind,
+        high_before: Option<u64>,
     ) {
         let request: Vec<Entry> = acquire
             .iter()
             .map(|(lock, mode)| Entry::new(lock_name(lock), Action::Acquire(*mode)))
             .collect();
         let owner_now = owner.owner();
+        let fence = kind == Kind::Await && self.rng.percent(75);
         let request = match kind {
             Kind::Try => WconfdRequest::TryUpdateLocks {
                 owner: owner_now,
@@ -533,7 +659,7 @@ impl LockClient<'_> {
                 request,
             },
             Kind::Await => WconfdRequest::AwaitLocks {
-                fence: false,
+                fence,
                 owner: owner_now,
                 priority: 0,
                 request,
@@ -541,45 +667,164 @@ impl LockClient<'_> {
             },
         };
         let method = request.method();
+        let high_before = high_before.unwrap_or_else(|| self.shared.fences().high());
         let sent_us = now_us();
+        model.acquiring = Some((acquire.clone(), high_before));
         let outcome = self.call(request);
         let answered_us = now_us();
+        // The blockers, and for a fenced grant its token: a fenced answer
+        // is looked at before the owner's fate, its token and deaths are
+        // facts whatever became of the owner since.
+        let answer = match &outcome {
+            Outcome::Answer(value) if fence => match FencedAnswer::decode(value) {
+                Some(fenced) => {
+                    let granted = if fenced.blockers.is_empty() {
+                        self.fenced_grant(owner, &acquire, &fenced, answered_us, high_before)
+                    } else {
+                        None
+                    };
+                    Some((fenced.blockers, granted))
+                }
+                None => None,
+            },
+            Outcome::Answer(Value::Array(blockers)) => Some((blockers.clone(), None)),
+            _ => None,
+        };
         if self.owner_gone(model, true) {
             return;
         }
-        match outcome {
-            Outcome::Answer(Value::Array(blockers)) if blockers.is_empty() => {
-                Self::grant(model, &acquire, answered_us);
+        model.acquiring = None;
+        match (outcome, answer) {
+            (Outcome::Answer(_), Some((blockers, fenced))) if blockers.is_empty() => {
+                self.grant(model, &acquire, answered_us, fenced, high_before);
                 model.pending = None;
                 self.shared.figures.grants.fetch_add(1, Ordering::Relaxed);
             }
-            Outcome::Answer(Value::Array(_)) => {
+            (Outcome::Answer(_), Some(_)) => {
                 if kind != Kind::Try {
                     model.pending = Some(acquire);
+                    model.pending_high_before = high_before;
                 }
                 self.shared.figures.blocked.fetch_add(1, Ordering::Relaxed);
             }
-            Outcome::Answer(other) => self.violation(format!(
+            (Outcome::Answer(other), None) => self.violation(format!(
                 "lock client {}: {method} answered {other}",
                 self.index
             )),
-            Outcome::Refused(message) => self.refused(model, method, &message),
-            Outcome::Lost { sent } => {
+            (Outcome::Refused(message), _) => self.refused(model, method, &message),
+            (Outcome::Lost { sent }, _) => {
                 self.shared
                     .figures
                     .lock_answers_lost
                     .fetch_add(1, Ordering::Relaxed);
                 if sent {
+                    let waiting = kind != Kind::Try || model.pending.is_some();
                     model.unsure = Some(Sent {
                         acquire,
                         release: Vec::new(),
-                        waiting: kind != Kind::Try || model.pending.is_some(),
+                        waiting,
                         drops_pending: false,
                         sent_us,
+                        high_before,
                     });
                 }
             }
         }
+    }
+
+    /// A fenced grant's answer: it has a token, above `high_before`, which
+    /// is recorded, and each death it was told of is recorded (and checked
+    /// as far as it can be at once). Answers the grant's number and token.
+    fn fenced_grant(
+        &mut self,
+        owner: &OwnerProcess,
+        acquire: &[(String, Mode)],
+        fenced: &FencedAnswer,
+        answered_us: u64,
+        high_before: u64,
+    ) -> Option<(u64, u64)> {
+        self.shared
+            .figures
+            .fenced_grants
+            .fetch_add(1, Ordering::Relaxed);
+        let Some(token) = fenced.token else {
+            self.violation(format!(
+                "lock client {}: a fenced grant to {} came without a token: {fenced:?}",
+                self.index, owner.ident
+            ));
+            return None;
+        };
+        let grant = self.next_grant();
+        let recorded = self
+            .shared
+            .fences()
+            .granted(token, &ident_of(owner), grant, high_before);
+        if let Err(message) = recorded {
+            self.violation(format!("lock client {}: {message}", self.index));
+        }
+        let locks: Vec<String> = acquire.iter().map(|(lock, _)| lock.clone()).collect();
+        let told_to = format!("the grant of {locks:?} to {}", owner.ident);
+        for death in &fenced.died {
+            let recorded = self
+                .shared
+                .fences()
+                .told(death, answered_us, &told_to, (token, &locks));
+            if let Err(message) = recorded {
+                self.violation(format!("lock client {}: {message}", self.index));
+            }
+        }
+        Some((grant, token))
+    }
+
+    /// `listAllLocksOwners` with tokens: the table's tokens and deaths,
+    /// and those of this owner's grants.
+    fn list_tokens(&mut self, model: &mut ClientModel) {
+        let outcome = self.call(WconfdRequest::ListAllLocksOwners { tokens: true });
+        let Outcome::Answer(table) = outcome else {
+            return self.expect_answer(model, "listAllLocksOwners", outcome);
+        };
+        self.shared.observe_tokens(&table);
+        // The owner's locks cannot change but by its own requests (or be
+        // freed by its death): what the table shows of them is checked
+        // whatever its fate.
+        if let Err(message) = check_tokens(self.shared, model, &table) {
+            self.violation(format!("lock client {}: {message}", self.index));
+        }
+        self.owner_gone(model, false);
+    }
+
+    /// `checkFence` of a lock held with a known token: true while the
+    /// owner lives.
+    fn check_fence_held(&mut self, model: &mut ClientModel, owner: &OwnerProcess) {
+        let known: Vec<(String, u64)> = model
+            .held
+            .iter()
+            .filter_map(|(lock, held)| held.token.map(|token| (lock.clone(), token)))
+            .collect();
+        if known.is_empty() {
+            return;
+        }
+        let (lock, token) = self.rng.pick(&known).clone();
+        let outcome = self.call(WconfdRequest::CheckFence {
+            owner: owner.owner(),
+            lock: lock_name(&lock),
+            token,
+        });
+        match outcome {
+            Outcome::Answer(Value::Bool(true)) => {}
+            // Freed by its death meanwhile.
+            Outcome::Answer(Value::Bool(false)) if owner.fate() != OwnerFate::Alive => {}
+            Outcome::Answer(answer) => self.violation(format!(
+                "lock client {}: checkFence of {lock} with token {token}, which owner {} \
+                 holds it with, answered {answer}",
+                self.index, owner.ident
+            )),
+            other => return self.expect_answer(model, "checkFence", other),
+        }
+        self.shared
+            .figures
+            .fence_checks
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// `freeLocks` (`how` = "free") or a release of `release` by
@@ -622,8 +867,15 @@ impl LockClient<'_> {
         model.releasing = None;
         match outcome {
             Outcome::Answer(answer) if answer == json!([]) => {
+                let released: Vec<(String, u64)> = release
+                    .iter()
+                    .filter_map(|lock| Some((lock.clone(), model.held.get(lock)?.token?)))
+                    .collect();
                 for lock in &release {
                     self.close(model, &owner.ident, lock, sent_us, "release answered");
+                }
+                if !released.is_empty() && self.rng.percent(20) {
+                    self.check_fence_released(model, owner, &released);
                 }
                 if how == "free" {
                     model.pending = None;
@@ -647,10 +899,49 @@ impl LockClient<'_> {
                         waiting: model.pending.is_some() && how != "free",
                         drops_pending: how == "free",
                         sent_us,
+                        high_before: model.pending_high_before,
                     });
                 }
             }
         }
+    }
+
+    /// `checkFence` of a lock just released with the token it was held
+    /// with: false (unless its group is still held with that token).
+    fn check_fence_released(
+        &mut self,
+        model: &ClientModel,
+        owner: &OwnerProcess,
+        released: &[(String, u64)],
+    ) {
+        let (lock, token) = self.rng.pick(released).clone();
+        let group_held = lock_name(&lock).group().is_some_and(|group| {
+            model
+                .held
+                .get(&group.to_string())
+                .is_some_and(|held| held.token == Some(token))
+        });
+        if group_held {
+            return;
+        }
+        let outcome = self.call(WconfdRequest::CheckFence {
+            owner: owner.owner(),
+            lock: lock_name(&lock),
+            token,
+        });
+        match outcome {
+            Outcome::Answer(Value::Bool(false)) => {}
+            Outcome::Answer(answer) => self.violation(format!(
+                "lock client {}: checkFence of {lock} with token {token}, which owner {} \
+                 released (acknowledged), answered {answer}",
+                self.index, owner.ident
+            )),
+            other => return self.expect_answer(model, "checkFence", other),
+        }
+        self.shared
+            .figures
+            .fence_checks_released
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// After a lost answer: learn from wconfd whether the request took
@@ -691,10 +982,10 @@ impl LockClient<'_> {
         let after = ClientModel::listing(&after_modes);
         // The request that may wait: the lost one if it was a waiting
         // kind, else the acknowledged pending one.
-        let waiting = if unsure.waiting && !unsure.acquire.is_empty() {
-            Some(unsure.acquire.clone())
+        let (waiting, waiting_high_before) = if unsure.waiting && !unsure.acquire.is_empty() {
+            (Some(unsure.acquire.clone()), unsure.high_before)
         } else {
-            model.pending.clone()
+            (model.pending.clone(), model.pending_high_before)
         };
         let granted_listing = waiting.as_ref().map(|request| {
             let mut modes = model.held_modes();
@@ -723,7 +1014,13 @@ impl LockClient<'_> {
                     "release found applied",
                 );
             }
-            Self::grant(model, &unsure.acquire, answered_us);
+            self.grant(
+                model,
+                &unsure.acquire,
+                answered_us,
+                None,
+                unsure.high_before,
+            );
             model.pending = None;
             self.shared
                 .figures
@@ -733,7 +1030,7 @@ impl LockClient<'_> {
             // The waiting request was granted; the lost request, if it was
             // another (a `freeLocks` giving up on it), was not applied.
             let granted = waiting.expect("granted_listing is Some");
-            Self::grant(model, &granted, answered_us);
+            self.grant(model, &granted, answered_us, None, waiting_high_before);
             model.pending = None;
             self.shared.figures.grants.fetch_add(1, Ordering::Relaxed);
         } else if listed == before {
@@ -741,7 +1038,10 @@ impl LockClient<'_> {
             // intervals go on.
             if pending {
                 match waiting {
-                    Some(request) => model.pending = Some(request),
+                    Some(request) => {
+                        model.pending = Some(request);
+                        model.pending_high_before = waiting_high_before;
+                    }
                     None => self.violation(format!(
                         "lock client {}: owner {} has a pending request it never made",
                         self.index, owner.ident
@@ -785,6 +1085,7 @@ impl LockClient<'_> {
                 waiting: true,
                 drops_pending: false,
                 sent_us: answered_us,
+                high_before: model.pending_high_before,
             });
             return;
         };
@@ -799,7 +1100,8 @@ impl LockClient<'_> {
             ));
             return;
         }
-        Self::grant(model, &pending, answered_us);
+        let high_before = model.pending_high_before;
+        self.grant(model, &pending, answered_us, None, high_before);
         model.pending = None;
         self.shared.figures.grants.fetch_add(1, Ordering::Relaxed);
     }
@@ -834,6 +1136,87 @@ impl LockClient<'_> {
             self.index
         ));
     }
+}
+
+/// An owner's ident as JSON text, as [`super::fences`] keys it.
+fn ident_of(owner: &OwnerProcess) -> String {
+    owner.wire()[0].to_string()
+}
+
+/// What `listAllLocksOwners [{"tokens": true}]` shows of a client's
+/// locks: every lock of one grant with one token, the one answered if it
+/// was (a grant acknowledged before a crash of wconfd keeps it after), and
+/// a token not known yet above every token seen before the request was
+/// sent; such tokens are learnt. Locks the table does not show (freed by
+/// the owner's death) and those of a pending request are left alone; an
+/// unsure client is not looked at.
+pub fn check_tokens(shared: &Shared, model: &mut ClientModel, table: &Value) -> Result<(), String> {
+    let Some(owner) = model.owner.clone() else {
+        return Ok(());
+    };
+    if model.unsure.is_some() {
+        return Ok(());
+    }
+    let wire = owner.wire();
+    let mut listed: BTreeMap<&str, u64> = BTreeMap::new();
+    for row in table.as_array().into_iter().flatten() {
+        let Some(lock) = row[0].as_str() else {
+            continue;
+        };
+        for holder in row[1].as_array().into_iter().flatten() {
+            if holder[0] == wire
+                && let Some(token) = holder[2]["token"].as_u64()
+            {
+                listed.insert(lock, token);
+            }
+        }
+    }
+    // Each grant's token in the table, with one of its locks.
+    let mut grants: BTreeMap<u64, (u64, String)> = BTreeMap::new();
+    for (lock, held) in &model.held {
+        let Some(&token) = listed.get(lock.as_str()) else {
+            continue;
+        };
+        if let Some(known) = held.token
+            && known != token
+        {
+            return Err(format!(
+                "owner {} was granted {lock} with token {known}, but listAllLocksOwners \
+                 shows token {token}",
+                owner.ident
+            ));
+        }
+        let (first, first_lock) = grants
+            .entry(held.grant)
+            .or_insert_with(|| (token, lock.clone()));
+        if *first != token {
+            return Err(format!(
+                "owner {} holds {first_lock} and {lock} of one grant with the tokens \
+                 {first} and {token}",
+                owner.ident
+            ));
+        }
+    }
+    let ident = ident_of(&owner);
+    for (grant, (token, _)) in grants {
+        let unknown: Vec<&mut Held> = model
+            .held
+            .values_mut()
+            .filter(|held| held.grant == grant && held.token.is_none())
+            .collect();
+        let Some(high_before) = unknown.first().map(|held| held.high_before) else {
+            continue;
+        };
+        for held in unknown {
+            held.token = Some(token);
+        }
+        shared.figures.tokens_learnt.fetch_add(1, Ordering::Relaxed);
+        shared
+            .fences()
+            .granted(token, &ident, grant, high_before)
+            .map_err(|message| format!("{message} (learnt from listAllLocksOwners)"))?;
+    }
+    Ok(())
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

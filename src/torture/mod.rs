@@ -15,6 +15,7 @@
 pub mod checks;
 pub mod config_client;
 pub mod events;
+pub mod fences;
 pub mod history;
 pub mod job_clients;
 pub mod lock_clients;
@@ -127,6 +128,21 @@ pub struct Figures {
     pub lock_timeouts_checked: AtomicU64,
     pub start_by_checked: AtomicU64,
     pub start_by_canceled: AtomicU64,
+    /// Fenced `awaitLocks` grants of the lock clients.
+    pub fenced_grants: AtomicU64,
+    /// Tokens of grants answered without one, learnt from listings.
+    pub tokens_learnt: AtomicU64,
+    /// `listAllLocksOwners` with tokens read and checked.
+    pub token_listings: AtomicU64,
+    /// `checkFence` answers checked (for a lock held, or released).
+    pub fence_checks: AtomicU64,
+    pub fence_checks_released: AtomicU64,
+    /// Tokens seen in all (at the end).
+    pub tokens_seen: AtomicU64,
+    /// Deaths told (each once), all checked at the end; of them, of the
+    /// lock clients' owners.
+    pub deaths_told: AtomicU64,
+    pub deaths_of_lock_owners: AtomicU64,
 }
 
 impl Figures {
@@ -244,6 +260,19 @@ impl Figures {
                 get(&self.start_by_checked),
                 get(&self.start_by_canceled)
             ),
+            format!(
+                "fences    : {} fenced grants, {} tokens learnt from listings, {} listings \
+                 with tokens checked, {} tokens seen; {} checkFence answers checked ({} after \
+                 a release); {} deaths told and checked ({} of lock clients' owners)",
+                get(&self.fenced_grants),
+                get(&self.tokens_learnt),
+                get(&self.token_listings),
+                get(&self.tokens_seen),
+                get(&self.fence_checks),
+                get(&self.fence_checks_released),
+                get(&self.deaths_told),
+                get(&self.deaths_of_lock_owners)
+            ),
         ]
     }
 }
@@ -304,6 +333,11 @@ pub struct Shared {
     pub farm_ready: AtomicBool,
     /// The changes of the harness's one filter rule, in order.
     pub filter: Mutex<Vec<job_clients::FilterChange>>,
+    /// Every fencing token and told death seen.
+    fences: Mutex<fences::Fences>,
+    /// The pids of reporters killed or found exited (their election lock
+    /// is freed as a death).
+    pub reporters_gone: Mutex<std::collections::BTreeSet<u32>>,
     pub figures: Figures,
 }
 
@@ -341,6 +375,20 @@ impl Shared {
 
     pub fn jobs(&self) -> MutexGuard<'_, BTreeMap<u64, SubmittedJob>> {
         locked(&self.jobs)
+    }
+
+    pub fn fences(&self) -> MutexGuard<'_, fences::Fences> {
+        locked(&self.fences)
+    }
+
+    /// A `listAllLocksOwners [{"tokens": true}]` answer just read: its
+    /// tokens and deaths are recorded and checked.
+    pub fn observe_tokens(&self, table: &serde_json::Value) {
+        self.figures.token_listings.fetch_add(1, Ordering::Relaxed);
+        let errors = self.fences().observe_table(table, history::now_us());
+        for error in errors {
+            self.violation(error);
+        }
     }
 }
 
@@ -475,6 +523,8 @@ pub fn run(options: &Options) -> Result<Outcome, String> {
         farm: Mutex::new(worker_clients::FarmModel::default()),
         farm_ready: AtomicBool::new(false),
         filter: Mutex::new(Vec::new()),
+        fences: Mutex::new(fences::Fences::default()),
+        reporters_gone: Mutex::new(std::collections::BTreeSet::new()),
         figures: Figures::default(),
     });
     let mut daemons = checks::Daemons {

@@ -117,6 +117,10 @@ struct State {
     // What the current turn did, settled in `finish_turn`.
     turn_granted: Vec<Arc<Owner>>,
     turn_owners: Vec<Arc<Owner>>,
+    /// The fence of each held fenced `awaitLocks` granted this turn, taken
+    /// at its grant: a death later in the turn may free the locks before
+    /// the answer is made.
+    turn_fences: HashMap<Arc<Owner>, (u64, Vec<crate::locks::Death>)>,
 }
 
 impl Server {
@@ -192,6 +196,7 @@ impl Server {
                 commits: 0,
                 turn_granted: Vec::new(),
                 turn_owners: Vec::new(),
+                turn_fences: HashMap::new(),
             },
         })
     }
@@ -328,11 +333,17 @@ impl Server {
                 continue;
             }
             let reply = match self.state.end_await_of_token(token) {
+                // Still pending: its blockers as a fifo queue names them
+                // (waiters ahead too), never empty while it waits.
                 Some((owner, waiting)) => Ok(self.state.await_answer(
                     &owner,
                     &waiting.request,
                     waiting.fence,
-                    &self.state.manager.blockers(&owner, &waiting.request),
+                    &self
+                        .state
+                        .manager
+                        .pending_blockers(&owner)
+                        .unwrap_or_else(|| self.state.manager.blockers(&owner, &waiting.request)),
                 )),
                 None => Err(WireError::generic("the await was lost")),
             };
@@ -355,14 +366,19 @@ impl Server {
             self.state.waiting_since.remove(&owner);
             match self.state.end_await_of_owner(&owner) {
                 Some(waiting) => {
-                    let answer =
-                        self.state
-                            .await_answer(&owner, &waiting.request, waiting.fence, &[]);
+                    let answer = match self.state.turn_fences.remove(&owner) {
+                        Some((token, died)) => encode_fence(token, &died),
+                        None => {
+                            self.state
+                                .await_answer(&owner, &waiting.request, waiting.fence, &[])
+                        }
+                    };
                     self.connections.release(waiting.token, Ok(answer))
                 }
                 None => sighups.push(owner),
             }
         }
+        self.state.turn_fences.clear();
         for owner in std::mem::take(&mut self.state.turn_owners) {
             let pending = self.state.manager.has_pending_request(&owner);
             if pending {
@@ -766,6 +782,15 @@ impl State {
             self.store.record_with_events(&op, self.events.unrecorded());
         }
         self.turn_granted.extend(outcome.granted().iter().cloned());
+        for owner in outcome.granted() {
+            if let Some(waiting) = self.awaits.get(owner)
+                && waiting.fence
+                && !self.turn_fences.contains_key(owner)
+                && let Some(fence) = self.manager.fence_of(owner, &waiting.request)
+            {
+                self.turn_fences.insert(Arc::clone(owner), fence);
+            }
+        }
         if let Some(owner) = op.owner() {
             self.turn_owners.push(Arc::new(owner.clone()));
         }

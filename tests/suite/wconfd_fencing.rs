@@ -181,6 +181,64 @@ fn the_next_holder_is_told_its_predecessor_died_and_not_after_a_release() {
 }
 
 #[test]
+fn a_fenced_await_granted_then_freed_as_a_death_in_the_same_turn_answers_its_token() {
+    // No periodic death check: the only one is the freeLocks below.
+    let wconfd = Wconfd::start_with_settings("[wconfd]\ndeath_check_interval_ms = 600000\n");
+    let mut client = wconfd.client();
+    let mut waiter = wconfd.client();
+    let j1 = OwnerProcess::spawn(&wconfd.livelock_dir(), 1);
+    // Job 2's livelock file does not exist (dead once probed) while its
+    // pid, this process, lives on: no exit frees it before the turn below.
+    let j2 = json!([
+        2,
+        wconfd.livelock_dir().join("job_000002_gone"),
+        std::process::id()
+    ]);
+    let t1 = token_of(&fenced_await(
+        &mut client,
+        &j1,
+        &[("instance/a", "exclusive")],
+    ));
+    waiter
+        .send(
+            "awaitLocks",
+            json!([j2, 0, request(&[("instance/a", "exclusive")]), 10_000, {"fence": true}]),
+        )
+        .expect("send");
+    wait_until("job 2 waits", Duration::from_secs(10), || {
+        client.ok("hasPendingRequest", json!([j2])) == json!(true)
+    });
+    // One write, one turn: job 1's release grants job 2's await, then a
+    // freeLocks of job 2 (its livelock dead) frees that grant as a death.
+    let mut frames = Vec::new();
+    for (method, args) in [
+        (
+            "tryUpdateLocks",
+            json!([j1.owner(), request(&[("instance/a", "release")])]),
+        ),
+        ("freeLocks", json!([j2])),
+    ] {
+        frames.extend(serde_json::to_vec(&json!({"method": method, "args": args})).expect("JSON"));
+        frames.extend_from_slice(b"\n\x03");
+    }
+    client.send_raw(&frames).expect("send");
+    for _ in 0..2 {
+        client.read_response().expect("answer").expect("done");
+    }
+    // The grant was made, with its token, before the death freed it.
+    let granted = waiter.read_response().expect("answer").expect("granted");
+    assert_eq!(granted["blockers"], json!([]));
+    let t2 = token_of(&granted);
+    assert!(t2 > t1, "{t2} after {t1}");
+    let j3 = OwnerProcess::spawn(&wconfd.livelock_dir(), 3);
+    let third = fenced_await(&mut client, &j3, &[("instance/a", "exclusive")]);
+    assert_eq!(
+        third["died"],
+        json!([{"lock": "instance/a", "owner": j2, "token": t2}])
+    );
+}
+
+#[test]
 fn a_conversion_deadlock_is_refused_with_its_cycle_and_changes_nothing() {
     let wconfd = Wconfd::start();
     let mut client = wconfd.client();
@@ -474,4 +532,31 @@ fn the_cli_shows_tokens_and_a_deadlock_left_waiting_with_deadlock_check_off() {
     );
     let human = crate::cli::stdout(&crate::cli::expect(&root, &["locks"], 0));
     assert!(human.contains("TOKEN"), "{human}");
+}
+
+#[test]
+fn a_fifo_await_timing_out_behind_a_waiter_names_the_waiter_not_a_grant() {
+    let wconfd = Wconfd::start_with_settings("[wconfd]\nfairness = \"fifo\"\n");
+    let mut client = wconfd.client();
+    let j1 = OwnerProcess::spawn(&wconfd.livelock_dir(), 1);
+    let j2 = OwnerProcess::spawn(&wconfd.livelock_dir(), 2);
+    let j3 = OwnerProcess::spawn(&wconfd.livelock_dir(), 3);
+    try_update(&mut client, &j1, &[("node/n1", "shared")]);
+    let group = request(&[("node/[lockset]", "exclusive")]);
+    client.ok("updateLocksWaiting", json!([j2.owner(), 0, group]));
+    // Job 3 holds nothing: it queues behind job 2, whom no holder of
+    // node/n2 is in the way of. Its await times out still waiting.
+    let member = request(&[("node/n2", "shared")]);
+    let answer = client.ok("awaitLocks", json!([j3.owner(), 0, member, 200]));
+    assert_eq!(answer, json!([j2.owner()]));
+    let fenced = client.ok(
+        "awaitLocks",
+        json!([j3.owner(), 0, member, 200, {"fence": true}]),
+    );
+    assert_eq!(fenced, json!({"blockers": [j2.owner()]}));
+    assert_eq!(
+        client.ok("hasPendingRequest", json!([j3.owner()])),
+        json!(true)
+    );
+    assert_eq!(client.ok("listLocks", json!([j3.owner()])), json!([]));
 }
