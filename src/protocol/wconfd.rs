@@ -193,6 +193,16 @@ pub enum WconfdRequest {
 }
 
 impl WconfdRequest {
+    /// The owner a query asks about rather than acts as: any peer may
+    /// ask, but it must be an owner that could exist.
+    pub fn subject(&self) -> Option<&Owner> {
+        use WconfdRequest::*;
+        match self {
+            CheckFence { owner, .. } | WhatIfLocks { owner, .. } => Some(owner),
+            _ => None,
+        }
+    }
+
     /// The owner a request acts as, if any (for the peer check and the
     /// liveness watch).
     pub fn owner(&self) -> Option<&Owner> {
@@ -213,7 +223,7 @@ impl WconfdRequest {
             | IntersectLocks { owner, .. }
             | OpportunisticLockUnion { owner, .. }
             | GuardedOpportunisticLockUnion { owner, .. } => Some(owner),
-            // A subject asked about, not the caller: any peer may ask.
+            // A subject asked about, not the caller (see `subject`).
             CheckFence { .. } | WhatIfLocks { .. } => None,
             Echo(_)
             | CleanupLocks

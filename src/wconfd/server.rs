@@ -531,6 +531,11 @@ impl Handler for State {
         {
             return Reply::Now(Err(error));
         }
+        if let Some(owner) = request.subject()
+            && let Err(error) = check_livelock_path(&self.livelock_dir, owner)
+        {
+            return Reply::Now(Err(error));
+        }
         self.dispatch(token, request)
     }
 }
@@ -1338,13 +1343,7 @@ const EXPLAIN_MEMBERS_MAX: usize = 10;
 /// An owner must have its livelock in the livelock directory, and an
 /// unprivileged peer may act only as owners of its own pid.
 fn check_owner(livelock_dir: &Path, peer: Peer, owner: &Owner) -> Result<(), WireError> {
-    if !liveness::livelock_path_allowed(livelock_dir, &owner.livelock) {
-        return Err(WireError::generic(format!(
-            "livelock path {:?} is not a file directly in {}",
-            owner.livelock,
-            livelock_dir.display()
-        )));
-    }
+    check_livelock_path(livelock_dir, owner)?;
     if !peer.privileged && owner.pid != peer.credentials.pid {
         return Err(WireError::generic(format!(
             "permission denied: process {} may act only as owners with its own pid, not {}",
@@ -1352,6 +1351,18 @@ fn check_owner(livelock_dir: &Path, peer: Peer, owner: &Owner) -> Result<(), Wir
         )));
     }
     Ok(())
+}
+
+fn check_livelock_path(livelock_dir: &Path, owner: &Owner) -> Result<(), WireError> {
+    if liveness::livelock_path_allowed(livelock_dir, &owner.livelock) {
+        Ok(())
+    } else {
+        Err(WireError::generic(format!(
+            "livelock path {:?} is not a file directly in {}",
+            owner.livelock,
+            livelock_dir.display()
+        )))
+    }
 }
 
 /// A write or sync of the lock state failed: see [`DaemonError::Journal`].

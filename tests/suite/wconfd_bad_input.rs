@@ -335,6 +335,8 @@ fn bad_owners_are_refused_by_every_method_that_takes_one() {
             ("intersectLocks", json!([bad, []])),
             ("opportunisticLockUnion", json!([bad, request])),
             ("guardedOpportunisticLockUnion", json!([1, bad, request])),
+            ("checkFence", json!([bad, "node/n9", 1])),
+            ("whatIfLocks", json!([bad, request])),
         ];
         for (method, args) in calls {
             assert_refused(&mut client, method, args, expected);
@@ -458,7 +460,42 @@ fn ill_typed_arguments_are_refused_for_every_method() {
             ));
         }
     }
+    let options = [
+        (
+            json!({"fenc": true}),
+            "has the unknown option \"fenc\" (known: fence)",
+        ),
+        (json!({"fence": 1}), "option \"fence\" is not a boolean"),
+        (json!({"fence": null}), "option \"fence\" is not a boolean"),
+        (json!(["fence"]), "is not an object of options"),
+        (json!("fence"), "is not an object of options"),
+    ];
+    for (option, expected) in &options {
+        let request = json!([["node/n9", "shared"]]);
+        cases.push(("awaitLocks", json!([j1, 0, request, 10, option]), expected));
+    }
+    cases.push((
+        "listAllLocksOwners",
+        json!([{"token": true}]),
+        "argument 1 has the unknown option \"token\" (known: tokens)",
+    ));
+    cases.push((
+        "listAllLocksOwners",
+        json!([true]),
+        "argument 1 is not an object of options",
+    ));
+    for lock in [json!(null), json!(1), json!("nodes/n1"), json!(["node/n1"])] {
+        cases.push(("checkFence", json!([j1, lock, 1]), "argument 2"));
+    }
+    for token in [json!(null), json!(-1), json!("1"), json!(1.5)] {
+        cases.push(("checkFence", json!([j1, "node/n1", token]), "argument 3"));
+    }
+    for priority in &priorities {
+        let request = json!([["node/n9", "shared"]]);
+        cases.push(("whatIfLocks", json!([j1, request, priority]), "argument 3"));
+    }
     for request in &requests {
+        cases.push(("whatIfLocks", json!([j1, request]), "argument 2"));
         cases.push(("tryUpdateLocks", json!([j1, request]), "argument 2"));
         cases.push(("updateLocksWaiting", json!([j1, 0, request]), "argument 3"));
         cases.push(("awaitLocks", json!([j1, 0, request, 10]), "argument 3"));
