@@ -589,15 +589,8 @@ fn tree_lines(output: &Output, table: &Table) -> Vec<String> {
     if !cycles.is_empty() {
         lines.push(String::new());
         for cycle in cycles {
-            let mut text = String::new();
-            for (index, owner) in cycle.iter().chain(&cycle[..1]).enumerate() {
-                text.push_str(match index {
-                    0 => "",
-                    1 => " waits for ",
-                    _ => ", which waits for ",
-                });
-                text.push_str(&owner.label());
-            }
+            let labels: Vec<String> = cycle.iter().map(Owner::label).collect();
+            let text = super::why::cycle_text(&labels);
             lines.push(output.paint(&format!("deadlock: {text}"), Some(Style::Yellow)));
         }
     }

@@ -241,7 +241,7 @@ fn chain_lines(
             line.push_str(&format!(" ({count} locks in all)"));
         }
         if blocker["waits"]["deadlock"] == true {
-            let cycle = cycle_text(path, &owner_label(blocker));
+            let cycle = cycle_on_path(path, &owner_label(blocker));
             line.push_str(&format!(
                 "  {}",
                 output.paint(&format!("(deadlock: {cycle})"), Some(Style::Yellow))
@@ -258,15 +258,16 @@ fn chain_lines(
 
 /// The cycle a blocker already on `path` closes: `job 3 waits for job 5,
 /// which waits for job 3`.
-fn cycle_text(path: &[String], blocker: &str) -> String {
+fn cycle_on_path(path: &[String], blocker: &str) -> String {
     let start = path.iter().position(|label| label == blocker).unwrap_or(0);
+    cycle_text(&path[start..])
+}
+
+/// A cycle of waits told from its first owner back to it; shared with
+/// `warden locks --tree`.
+pub(super) fn cycle_text(cycle: &[String]) -> String {
     let mut text = String::new();
-    for (index, label) in path[start..]
-        .iter()
-        .map(String::as_str)
-        .chain([blocker])
-        .enumerate()
-    {
+    for (index, label) in cycle.iter().chain(&cycle[..1.min(cycle.len())]).enumerate() {
         text.push_str(match index {
             0 => "",
             1 => " waits for ",
@@ -279,17 +280,17 @@ fn cycle_text(path: &[String], blocker: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::cycle_text;
+    use super::cycle_on_path;
 
     #[test]
     fn a_deadlock_is_named_from_the_blocker_on_the_path_back_to_it() {
         let path = ["job 1", "job 3", "job 5"].map(String::from);
         assert_eq!(
-            cycle_text(&path, "job 3"),
+            cycle_on_path(&path, "job 3"),
             "job 3 waits for job 5, which waits for job 3"
         );
         assert_eq!(
-            cycle_text(&path[..2], "job 1"),
+            cycle_on_path(&path[..2], "job 1"),
             "job 1 waits for job 3, which waits for job 1"
         );
     }

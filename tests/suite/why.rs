@@ -311,3 +311,51 @@ fn a_slow_lock_wait_writes_its_blocking_chain_into_the_log_once() {
     drop(holder);
     assert_eq!(cluster.wait_final(job), "success", "{}", cluster.logs());
 }
+
+/// A deadlock wconfd let wait (`deadlock_check = "off"`): two owners
+/// share `instance/a` and both ask for it exclusively; a job asking for
+/// it waits behind the knot, and `warden why` names the cycle.
+#[test]
+fn a_job_behind_a_deadlock_is_told_the_cycle() {
+    let cluster = Cluster::start_with_settings("[wconfd]\ndeadlock_check = \"off\"\n");
+    let livelocks = cluster.root().livelock_dir();
+    let mut wconfd = cluster.wconfd_client();
+    let first = OwnerProcess::spawn(&livelocks, 901);
+    let second = OwnerProcess::spawn(&livelocks, 902);
+    for owner in [&first, &second] {
+        assert_eq!(
+            try_update(&mut wconfd, owner, &[("instance/a", "shared")]),
+            json!([])
+        );
+    }
+    for owner in [&first, &second] {
+        let blockers = update_waiting(&mut wconfd, owner, 0, &[("instance/a", "exclusive")]);
+        assert_ne!(blockers, json!([]), "each waits for the other");
+    }
+    let job = cluster.submit(json!([{"OP_ID": "OP_EXEC", "argv": ["/bin/true"],
+                                     "locks": [["instance/a", "exclusive"]]}]));
+    wait_until("the job waits for its lock", DEADLINE, || {
+        cluster.status(job) == "waiting"
+    });
+    let told = warden(&cluster, &["why", &job.to_string()]);
+    let cycle =
+        |a: u64, b: u64| format!("(deadlock: job {a} waits for job {b}, which waits for job {a})");
+    assert!(
+        told.contains(&cycle(901, 902)) || told.contains(&cycle(902, 901)),
+        "{told}"
+    );
+    let answer = why(&cluster, job);
+    let blockers = answer["reasons"][0]["waits"][0]["blockers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("blockers: {answer}"));
+    assert_eq!(blockers.len(), 2, "{answer}");
+    let tree = warden(&cluster, &["locks", "--tree"]);
+    assert!(tree.contains("deadlock: job 901"), "{tree}");
+    // Once one of the two dies, the other gets its lock, then the job.
+    drop(first);
+    wait_until("the survivor is granted", DEADLINE, || {
+        wconfd.ok("listLocks", json!([second.owner()])) == json!([["instance/a", "exclusive"]])
+    });
+    drop(second);
+    assert_eq!(cluster.wait_final(job), "success", "{}", cluster.logs());
+}
