@@ -333,18 +333,7 @@ impl Server {
                 continue;
             }
             let reply = match self.state.end_await_of_token(token) {
-                // Still pending: its blockers as a fifo queue names them
-                // (waiters ahead too), never empty while it waits.
-                Some((owner, waiting)) => Ok(self.state.await_answer(
-                    &owner,
-                    &waiting.request,
-                    waiting.fence,
-                    &self
-                        .state
-                        .manager
-                        .pending_blockers(&owner)
-                        .unwrap_or_else(|| self.state.manager.blockers(&owner, &waiting.request)),
-                )),
+                Some((owner, waiting)) => self.state.timed_out_answer(&owner, &waiting),
                 None => Err(WireError::generic("the await was lost")),
             };
             self.connections.release(token, reply);
@@ -366,13 +355,7 @@ impl Server {
             self.state.waiting_since.remove(&owner);
             match self.state.end_await_of_owner(&owner) {
                 Some(waiting) => {
-                    let answer = match self.state.turn_fences.remove(&owner) {
-                        Some((token, died)) => encode_fence(token, &died),
-                        None => {
-                            self.state
-                                .await_answer(&owner, &waiting.request, waiting.fence, &[])
-                        }
-                    };
+                    let answer = self.state.granted_answer(&owner, &waiting);
                     self.connections.release(waiting.token, Ok(answer))
                 }
                 None => sighups.push(owner),
@@ -389,12 +372,8 @@ impl Server {
             } else {
                 self.state.waiting_since.remove(&owner);
                 if let Some(waiting) = self.state.end_await_of_owner(&owner) {
-                    self.connections.release(
-                        waiting.token,
-                        Err(WireError::generic(
-                            "the pending request was dropped (its locks were freed)",
-                        )),
-                    );
+                    self.connections
+                        .release(waiting.token, Err(dropped_request()));
                 }
             }
             // Watches of owners that went away are dropped lazily (when
@@ -995,6 +974,31 @@ impl State {
         Some(waiting)
     }
 
+    /// The answer of a held await granted this turn: with its fence as
+    /// taken at the grant (a death later in the turn may have freed it).
+    fn granted_answer(&mut self, owner: &Owner, waiting: &Await) -> Value {
+        match self.turn_fences.remove(owner) {
+            Some((token, died)) => encode_fence(token, &died),
+            None => self.await_answer(owner, &waiting.request, waiting.fence, &[]),
+        }
+    }
+
+    /// The answer of a held await whose timeout passed. Still pending: its
+    /// blockers as a fifo queue names them (waiters ahead too), never empty
+    /// while it waits. Granted this turn, before the turn's end answered
+    /// it: the grant. Neither: its request was dropped, its owner freed as
+    /// a death earlier in the turn (never an empty list, which a client
+    /// reads as a grant).
+    fn timed_out_answer(&mut self, owner: &Owner, waiting: &Await) -> Result<Value, WireError> {
+        if let Some(blockers) = self.manager.pending_blockers(owner) {
+            return Ok(self.await_answer(owner, &waiting.request, waiting.fence, &blockers));
+        }
+        if self.turn_granted.iter().any(|granted| **granted == *owner) {
+            return Ok(self.granted_answer(owner, waiting));
+        }
+        Err(dropped_request())
+    }
+
     /// An `awaitLocks` answer: the blockers, or with `fence` an object
     /// with them and, once granted, the grant's token and dead previous
     /// holders.
@@ -1351,6 +1355,11 @@ fn check_owner(livelock_dir: &Path, peer: Peer, owner: &Owner) -> Result<(), Wir
         )));
     }
     Ok(())
+}
+
+/// The answer of a held await whose request is gone without a grant.
+fn dropped_request() -> WireError {
+    WireError::generic("the pending request was dropped (its locks were freed)")
 }
 
 fn check_livelock_path(livelock_dir: &Path, owner: &Owner) -> Result<(), WireError> {

@@ -181,6 +181,54 @@ fn the_next_holder_is_told_its_predecessor_died_and_not_after_a_release() {
 }
 
 #[test]
+fn an_await_timing_out_after_its_owner_was_freed_as_dead_is_not_read_as_a_grant() {
+    // Found by the crash harness: an owner's exit and its await's timeout
+    // handled in one turn, the exit first, answered the timed-out await
+    // with the blockers of a fresh request: `[]`, which reads as granted.
+    let wconfd = Wconfd::start_with_settings("[wconfd]\ndeath_check_interval_ms = 600000\n");
+    let mut client = wconfd.client();
+    let holder = OwnerProcess::spawn(&wconfd.livelock_dir(), 1);
+    try_update(&mut client, &holder, &[("instance/a", "exclusive")]);
+    let wanted = request(&[("instance/a", "exclusive")]);
+    let mut awaits = Vec::new();
+    for (job, options) in [(2, json!({"fence": true})), (3, json!({}))] {
+        let owner = OwnerProcess::spawn(&wconfd.livelock_dir(), job);
+        let mut waiter = wconfd.client();
+        waiter
+            .send(
+                "awaitLocks",
+                json!([owner.owner(), 0, wanted, 300, options]),
+            )
+            .expect("send");
+        wait_until("the await is held", Duration::from_secs(10), || {
+            client.ok("hasPendingRequest", json!([owner.owner()])) == json!(true)
+        });
+        awaits.push((owner, waiter));
+    }
+    // Both exits and both timeouts are there when wconfd runs again.
+    wconfd.pause();
+    let mut waiters = Vec::new();
+    for (owner, waiter) in awaits {
+        drop(owner);
+        waiters.push(waiter);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    wconfd.resume();
+    for mut waiter in waiters {
+        let answer = waiter.read_response().expect("an answer");
+        let failure = answer.expect_err("a dropped request is no grant");
+        assert!(
+            format!("{failure:?}").contains("the pending request was dropped"),
+            "{failure:?}"
+        );
+    }
+    assert_eq!(
+        client.ok("listLocks", json!([holder.owner()])),
+        json!([["instance/a", "exclusive"]])
+    );
+}
+
+#[test]
 fn a_fenced_await_granted_then_freed_as_a_death_in_the_same_turn_answers_its_token() {
     // No periodic death check: the only one is the freeLocks below.
     let wconfd = Wconfd::start_with_settings("[wconfd]\ndeath_check_interval_ms = 600000\n");
