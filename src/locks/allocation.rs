@@ -4,13 +4,16 @@
 //!
 //! Two indexes that must always agree: per lock, its direct holders and,
 //! for a group lock, the owners holding members; per owner, its direct
-//! holdings in lock order. `check_invariants` rebuilds the first from the
-//! second and compares.
+//! holdings in lock order, each with its mode and the fencing token it was
+//! granted with (the token lives here, not in an index of its own, so
+//! that a grant touches one index). `check_invariants` rebuilds the first
+//! from the second and compares.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
+use super::grants::Token;
 use super::name::LockName;
 use super::owner::{Action, Entry, Mode, Owner};
 
@@ -148,10 +151,40 @@ pub fn conflicting_holdings(held: &[(LockName, Mode)], request: &[Entry]) -> Vec
         .collect()
 }
 
+/// One direct holding: its mode and the token of the grant that gave it
+/// (0 for a holding restored from a state saved without tokens).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Holding {
+    pub mode: Mode,
+    pub token: Token,
+}
+
+/// One owner's direct holdings, in lock order.
+pub type Holdings = BTreeMap<LockName, Holding>;
+
+/// The locks one update raised (newly held, or shared to exclusive), each
+/// with the token it was held with before (`None`: not held), and those
+/// it let go: what the grants need when there are deaths to tell or told
+/// deaths to forget.
+#[derive(Debug, Default)]
+pub struct RaisedAndReleased {
+    pub raised: Vec<(LockName, Option<Token>)>,
+    pub released: Vec<LockName>,
+}
+
+impl RaisedAndReleased {
+    pub fn clear(&mut self) {
+        self.raised.clear();
+        self.released.clear();
+    }
+}
+
 /// [`Allocation::is_satisfied`] against given holdings.
-pub fn is_satisfied_by(held: Option<&BTreeMap<LockName, Mode>>, request: &[Entry]) -> bool {
+pub fn is_satisfied_by(held: Option<&Holdings>, request: &[Entry]) -> bool {
     request.iter().all(|entry| {
-        held.and_then(|locks| locks.get(&entry.lock)).copied() == entry.action.target()
+        held.and_then(|locks| locks.get(&entry.lock))
+            .map(|holding| holding.mode)
+            == entry.action.target()
     })
 }
 
@@ -176,10 +209,7 @@ fn first_inconsistent(request: &[Entry]) -> Option<&LockName> {
 
 /// [`Allocation::check`] against given holdings, so that a sequence of
 /// updates can be planned before any is applied.
-pub fn check_against(
-    held: Option<&BTreeMap<LockName, Mode>>,
-    request: &[Entry],
-) -> Result<(), LockError> {
+pub fn check_against(held: Option<&Holdings>, request: &[Entry]) -> Result<(), LockError> {
     if let Some(lock) = first_inconsistent(request) {
         return Err(LockError::Inconsistent(lock.clone()));
     }
@@ -196,7 +226,7 @@ pub fn check_against(
         if entry.lock >= *highest {
             continue;
         }
-        let covers = |lock: &LockName| match (held.get(lock), mode) {
+        let covers = |lock: &LockName| match (held.get(lock).map(|holding| holding.mode), mode) {
             (Some(Mode::Exclusive), _) | (Some(Mode::Shared), Mode::Shared) => true,
             (Some(Mode::Shared), Mode::Exclusive) | (None, _) => false,
         };
@@ -213,7 +243,7 @@ pub fn check_against(
             continue;
         }
         if let Some(group) = entry.lock.group()
-            && held.get(&group) == Some(&Mode::Shared)
+            && held.get(&group).map(|holding| holding.mode) == Some(Mode::Shared)
         {
             return Err(LockError::MemberUnderSharedGroup {
                 requested: entry.lock.clone(),
@@ -238,7 +268,7 @@ pub struct LockChange {
 pub struct Allocation {
     locks: HashMap<LockName, LockState>,
     /// Direct holdings of every owner holding at least one lock.
-    held: HashMap<OwnerRef, BTreeMap<LockName, Mode>>,
+    held: HashMap<OwnerRef, Holdings>,
     /// Every change since the last take, when asked for.
     changes: Option<Vec<LockChange>>,
 }
@@ -258,12 +288,12 @@ impl Allocation {
     }
 
     /// The direct holdings of `owner`, in lock order.
-    pub fn holdings(&self, owner: &Owner) -> Option<&BTreeMap<LockName, Mode>> {
+    pub fn holdings(&self, owner: &Owner) -> Option<&Holdings> {
         self.held.get(owner)
     }
 
     /// Every owner's direct holdings.
-    pub fn all_holdings(&self) -> impl Iterator<Item = (&OwnerRef, &BTreeMap<LockName, Mode>)> {
+    pub fn all_holdings(&self) -> impl Iterator<Item = (&OwnerRef, &Holdings)> {
         self.held.iter()
     }
 
@@ -273,7 +303,23 @@ impl Allocation {
     }
 
     pub fn mode_held(&self, owner: &Owner, lock: &LockName) -> Option<Mode> {
+        Some(self.holding(owner, lock)?.mode)
+    }
+
+    pub fn holding(&self, owner: &Owner, lock: &LockName) -> Option<Holding> {
         self.held.get(owner)?.get(lock).copied()
+    }
+
+    /// Gives a held lock the token of its grant (restoring a saved state);
+    /// false if `owner` does not hold `lock`.
+    pub fn set_token(&mut self, owner: &Owner, lock: &LockName, token: Token) -> bool {
+        match self.held.get_mut(owner).and_then(|held| held.get_mut(lock)) {
+            Some(holding) => {
+                holding.token = token;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Every entry already holds exactly as asked (a release of an unheld
@@ -330,39 +376,50 @@ impl Allocation {
         found
     }
 
-    /// Applies every entry. The caller has checked the request and found no
-    /// blockers.
-    pub fn apply(&mut self, owner: &OwnerRef, request: &[Entry]) {
-        for entry in request {
-            self.apply_entry(owner, entry);
-        }
-    }
-
-    /// [`Allocation::apply`], noting the locks it raises (newly held, or
-    /// shared to exclusive) in `raised` and those it lets go in `released`.
-    pub fn apply_noting(
+    /// Applies every entry: the locks it raises (newly held, or shared to
+    /// exclusive) get `token`, the locks held on keep theirs (a downgrade
+    /// is not a grant). Answers whether it raised any, that is whether it
+    /// used `token`. With `noted`, notes there what it raised and released.
+    /// The caller has checked the request and found no blockers.
+    pub fn apply(
         &mut self,
         owner: &OwnerRef,
         request: &[Entry],
-        raised: &mut Vec<LockName>,
-        released: &mut Vec<LockName>,
-    ) {
+        token: Token,
+        mut noted: Option<&mut RaisedAndReleased>,
+    ) -> bool {
+        let mut raised_any = false;
         for entry in request {
-            match self.apply_entry(owner, entry) {
-                (before, Some(after)) if before < Some(after) => raised.push(entry.lock.clone()),
-                (Some(_), None) => released.push(entry.lock.clone()),
-                _ => {}
+            let (before, after) = self.apply_entry(owner, entry, token);
+            let before_mode = before.map(|holding| holding.mode);
+            let raised = after.is_some() && before_mode < after;
+            raised_any |= raised;
+            if let Some(noted) = noted.as_deref_mut() {
+                if raised {
+                    let before_token = before.map(|holding| holding.token);
+                    noted.raised.push((entry.lock.clone(), before_token));
+                } else if before.is_some() && after.is_none() {
+                    noted.released.push(entry.lock.clone());
+                }
             }
         }
+        raised_any
     }
 
-    /// Applies one entry; answers the lock's mode before and after.
-    fn apply_entry(&mut self, owner: &OwnerRef, entry: &Entry) -> (Option<Mode>, Option<Mode>) {
+    /// Applies one entry, a raise getting `token`; answers the lock's
+    /// holding before and its mode after.
+    fn apply_entry(
+        &mut self,
+        owner: &OwnerRef,
+        entry: &Entry,
+        token: Token,
+    ) -> (Option<Holding>, Option<Mode>) {
         let lock = &entry.lock;
-        let before = self.mode_held(owner, lock);
+        let held_before = self.holding(owner, lock);
+        let before = held_before.map(|holding| holding.mode);
         let after = entry.action.target();
         if before == after {
-            return (before, after);
+            return (held_before, after);
         }
         if let Some(changes) = &mut self.changes {
             changes.push(LockChange {
@@ -395,10 +452,14 @@ impl Allocation {
         }
         match after {
             Some(mode) => {
+                let token = match held_before {
+                    Some(kept) if kept.mode > mode => kept.token,
+                    _ => token,
+                };
                 self.held
                     .entry(Arc::clone(owner))
                     .or_default()
-                    .insert(lock.clone(), mode);
+                    .insert(lock.clone(), Holding { mode, token });
             }
             None => {
                 let held = self
@@ -429,7 +490,7 @@ impl Allocation {
                 self.locks.remove(&group);
             }
         }
-        (before, after)
+        (held_before, after)
     }
 
     /// Every lock in use, directly or only through members, in lock order.
@@ -483,7 +544,7 @@ impl Allocation {
         let mut expected: BTreeMap<LockName, LockState> = BTreeMap::new();
         for (owner, held) in &self.held {
             assert!(!held.is_empty(), "owner {owner} is indexed with no locks");
-            for (lock, mode) in held {
+            for (lock, Holding { mode, .. }) in held {
                 let state = expected.entry(lock.clone()).or_default();
                 match mode {
                     Mode::Exclusive => {

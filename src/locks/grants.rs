@@ -1,5 +1,7 @@
-//! Fencing tokens and death marks *(extension)*: what each holding was
-//! granted with, beside the allocation (which knows only modes).
+//! Fencing tokens and death marks *(extension)*: the token counter and
+//! the deaths. Each holding's token sits in the allocation's holdings,
+//! beside its mode, so that a grant updates one index; the deaths are
+//! rare and kept here, apart.
 //!
 //! - Every grant (a direct update, a waiting request granted later, an
 //!   opportunistic union) draws the next token from one counter, for the
@@ -13,11 +15,10 @@
 //!   member of a marked group is told too but leaves the group's marks,
 //!   since the group's other members may still need repair.
 
-use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use super::allocation::OwnerRef;
+use super::allocation::{Holdings, OwnerRef, RaisedAndReleased};
 use super::name::LockName;
 use super::owner::Owner;
 
@@ -43,7 +44,7 @@ pub struct Grant {
     pub died: Vec<Death>,
 }
 
-/// The saved form of [`Grants`].
+/// The saved form of [`Grants`] with the holdings' tokens.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SavedGrants {
     pub last_token: Token,
@@ -52,10 +53,16 @@ pub struct SavedGrants {
     pub marks: Vec<Death>,
 }
 
+/// The token counter and the deaths. Each holding's token is kept in the
+/// allocation's holdings: a grant touches one index. Deaths are rare, so
+/// they are kept apart, and an update with none to tell and none told
+/// does no work here beyond drawing its token.
 #[derive(Debug, Default)]
 pub struct Grants {
     last_token: Token,
-    held: HashMap<OwnerRef, BTreeMap<LockName, Grant>, BuildHasherDefault<OwnerHasher>>,
+    /// Per holder and lock, the deaths its grant was told of, while it
+    /// holds the lock (never an empty map or list).
+    told: BTreeMap<OwnerRef, BTreeMap<LockName, Vec<Death>>>,
     /// Per lock, the dead owners that held it, not yet told to a grantee
     /// (never an empty list).
     marks: BTreeMap<LockName, Vec<Death>>,
@@ -83,78 +90,76 @@ impl Grants {
         self.open = None;
     }
 
-    /// Records one update of `owner`: it let `released` go and was granted
-    /// `raised` (each newly held or raised to exclusive), with one token
-    /// for them all.
-    pub fn changed(&mut self, owner: &OwnerRef, released: &[LockName], raised: &[LockName]) {
-        if raised.is_empty() {
-            self.released(owner, released);
-            return;
-        }
-        let token = match self.open {
-            Some(token) => token,
-            None => {
-                self.last_token += 1;
-                self.last_token
-            }
-        };
+    /// The token the next grant gets: the open one of a union, else the
+    /// next of the counter. Drawn only by [`Grants::issued`].
+    pub fn next_token(&self) -> Token {
+        self.open.unwrap_or(self.last_token + 1)
+    }
+
+    /// Records that a grant used `token` (from [`Grants::next_token`]).
+    pub fn issued(&mut self, token: Token) {
+        self.last_token = token;
         if self.in_one_grant {
             self.open = Some(token);
         }
-        let held = self.held.entry(OwnerRef::clone(owner)).or_default();
-        for lock in released {
-            held.remove(lock);
-        }
-        for lock in raised {
-            let died = if self.marks.is_empty() {
-                Vec::new()
-            } else {
-                tell(&mut self.marks, lock)
-            };
-            match held.get_mut(lock) {
+    }
+
+    /// Whether an update must tell [`Grants::changed`] what it raised and
+    /// released: there are marks to tell or told deaths to forget.
+    pub fn follows_updates(&self) -> bool {
+        !self.marks.is_empty() || !self.told.is_empty()
+    }
+
+    /// Records one update of `owner` in which the allocation gave the locks
+    /// it raised `token`: the grant is told of the marks it covers, and
+    /// the deaths told to holdings it let go or raised anew are forgotten.
+    /// Sorts `noted.raised`: a group told before its members takes their
+    /// marks, as a request in lock order would.
+    pub fn changed(&mut self, owner: &OwnerRef, token: Token, noted: &mut RaisedAndReleased) {
+        if let Some(told) = self.told.get_mut(owner) {
+            for lock in &noted.released {
+                told.remove(lock);
+            }
+            for (lock, before) in &noted.raised {
                 // A union that raises a lock it gave moments ago is still
                 // one grant: the deaths it was told of stay told.
-                Some(grant) if grant.token == token => grant.died.extend(died),
-                _ => {
-                    held.insert(lock.clone(), Grant { token, died });
+                if *before != Some(token) {
+                    told.remove(lock);
                 }
+            }
+            if told.is_empty() {
+                self.told.remove(owner);
+            }
+        }
+        if self.marks.is_empty() {
+            return;
+        }
+        noted.raised.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        noted.raised.dedup_by(|a, b| a.0 == b.0);
+        for (lock, _) in &noted.raised {
+            let died = tell(&mut self.marks, lock);
+            if !died.is_empty() {
+                self.told
+                    .entry(OwnerRef::clone(owner))
+                    .or_default()
+                    .entry(lock.clone())
+                    .or_default()
+                    .extend(died);
             }
         }
     }
 
-    /// Records that `owner` was granted `locks` (each newly held or
-    /// raised to exclusive): one token for them all.
-    pub fn granted(&mut self, owner: &OwnerRef, locks: &[LockName]) {
-        self.changed(owner, &[], locks);
-    }
-
-    /// Forgets the grants of locks `owner` no longer holds.
-    pub fn released(&mut self, owner: &Owner, locks: &[LockName]) {
-        let Some(held) = self.held.get_mut(owner) else {
-            return;
-        };
-        for lock in locks {
-            held.remove(lock);
-        }
-        if held.is_empty() {
-            self.held.remove(owner);
-        }
-    }
-
-    /// Marks every lock `owner` holds as held by a dead owner, before its
-    /// locks are freed. At most `marks_max` marks are kept: the oldest
-    /// (lowest token) go first.
-    pub fn died(&mut self, owner: &Owner, marks_max: usize) {
-        let Some(held) = self.held.get(owner) else {
-            return;
-        };
-        for (lock, grant) in held {
+    /// Marks every lock `owner` holds (its `holdings`) as held by a dead
+    /// owner, before its locks are freed. At most `marks_max` marks are
+    /// kept: the oldest (lowest token) go first.
+    pub fn died(&mut self, owner: &Owner, holdings: &Holdings, marks_max: usize) {
+        for (lock, holding) in holdings {
             // Another owner that shared the lock may have died before:
             // both are told.
             self.marks.entry(lock.clone()).or_default().push(Death {
                 lock: lock.clone(),
                 owner: owner.clone(),
-                token: grant.token,
+                token: holding.token,
             });
         }
         let count: usize = self.marks.values().map(Vec::len).sum();
@@ -174,34 +179,32 @@ impl Grants {
         }
     }
 
-    /// A holding restored from a state saved without its grant.
-    pub fn restored_without_token(&mut self, owner: &OwnerRef, lock: &LockName) {
-        self.held
-            .entry(OwnerRef::clone(owner))
-            .or_default()
-            .insert(lock.clone(), Grant::default());
-    }
-
-    pub fn grant(&self, owner: &Owner, lock: &LockName) -> Option<&Grant> {
-        self.held.get(owner)?.get(lock)
-    }
-
-    /// The grants of `owner`, in lock order.
-    pub fn of(&self, owner: &Owner) -> Option<&BTreeMap<LockName, Grant>> {
-        self.held.get(owner)
+    /// The deaths the grant `owner` holds `lock` with was told of.
+    pub fn told(&self, owner: &Owner, lock: &LockName) -> &[Death] {
+        self.told
+            .get(owner)
+            .and_then(|told| told.get(lock))
+            .map_or(&[], Vec::as_slice)
     }
 
     pub fn marks(&self) -> impl Iterator<Item = &Death> {
         self.marks.values().flatten()
     }
 
-    pub fn saved(&self) -> SavedGrants {
-        let mut grants: Vec<(Owner, LockName, Grant)> = self
-            .held
-            .iter()
+    /// The saved form, with the tokens of `holdings` (every owner's).
+    pub fn saved<'a>(
+        &self,
+        holdings: impl Iterator<Item = (&'a OwnerRef, &'a Holdings)>,
+    ) -> SavedGrants {
+        let mut grants: Vec<(Owner, LockName, Grant)> = holdings
             .flat_map(|(owner, held)| {
-                held.iter()
-                    .map(|(lock, grant)| (Owner::clone(owner), lock.clone(), grant.clone()))
+                held.iter().map(|(lock, holding)| {
+                    let grant = Grant {
+                        token: holding.token,
+                        died: self.told(owner, lock).to_vec(),
+                    };
+                    (Owner::clone(owner), lock.clone(), grant)
+                })
             })
             .collect();
         grants.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
@@ -212,19 +215,21 @@ impl Grants {
         }
     }
 
-    /// Rebuilds from the saved form: `owner_ref` gives the shared handle of
-    /// a holder, `None` for an owner that holds nothing (an impossible
-    /// grant).
+    /// Rebuilds from the saved form. `hold_with` gives the holding of a
+    /// saved grant its token and answers the shared handle of its holder,
+    /// `None` if the owner does not hold the lock (an impossible grant).
+    /// A holding without a saved grant keeps the token it has (0, never
+    /// issued).
     pub fn restore(
         saved: &SavedGrants,
-        owner_ref: impl Fn(&Owner, &LockName) -> Option<OwnerRef>,
+        mut hold_with: impl FnMut(&Owner, &LockName, Token) -> Option<OwnerRef>,
     ) -> Result<Grants, String> {
         let mut grants = Grants {
             last_token: saved.last_token,
             ..Grants::default()
         };
         for (owner, lock, grant) in &saved.grants {
-            let Some(owner_ref) = owner_ref(owner, lock) else {
+            let Some(owner_ref) = hold_with(owner, lock, grant.token) else {
                 return Err(format!(
                     "a grant of {lock} to {owner}, who does not hold it"
                 ));
@@ -235,12 +240,15 @@ impl Grants {
                     grant.token, saved.last_token
                 ));
             }
-            grants
-                .held
-                .entry(owner_ref)
-                .or_default()
-                .insert(lock.clone(), grant.clone());
+            // A grant saved twice: the last one counts, as for its token.
+            let told = grants.told.entry(owner_ref).or_default();
+            if grant.died.is_empty() {
+                told.remove(lock);
+            } else {
+                told.insert(lock.clone(), grant.died.clone());
+            }
         }
+        grants.told.retain(|_, told| !told.is_empty());
         for death in &saved.marks {
             if death.token > saved.last_token {
                 return Err(format!(
@@ -257,29 +265,37 @@ impl Grants {
         Ok(grants)
     }
 
-    /// Panics unless every holding has exactly one grant, with a token
-    /// that was issued.
+    /// Panics unless every holding's token was issued, every told death
+    /// belongs to a lock its owner holds, and every mark is filed under
+    /// its lock with an issued token.
     pub fn check_invariants<'a>(
         &self,
-        holdings: impl Iterator<Item = (&'a OwnerRef, &'a BTreeMap<LockName, super::owner::Mode>)>,
+        holdings: impl Iterator<Item = (&'a OwnerRef, &'a Holdings)>,
     ) {
-        let mut count = 0;
+        let mut held_owners: BTreeMap<&OwnerRef, &Holdings> = BTreeMap::new();
         for (owner, held) in holdings {
-            let grants = self.held.get(owner);
-            for lock in held.keys() {
-                let grant = grants
-                    .and_then(|grants| grants.get(lock))
-                    .unwrap_or_else(|| panic!("{owner} holds {lock} with no grant"));
+            for (lock, holding) in held {
                 assert!(
-                    grant.token <= self.last_token,
+                    holding.token <= self.last_token,
                     "{owner} holds {lock} with the unissued token {}",
-                    grant.token
+                    holding.token
                 );
             }
-            count += held.len();
+            held_owners.insert(owner, held);
         }
-        let granted: usize = self.held.values().map(BTreeMap::len).sum();
-        assert_eq!(granted, count, "grants of locks nobody holds");
+        for (owner, told) in &self.told {
+            assert!(!told.is_empty(), "an empty list of told deaths of {owner}");
+            let held = held_owners
+                .get(owner)
+                .unwrap_or_else(|| panic!("told deaths of {owner}, who holds nothing"));
+            for (lock, deaths) in told {
+                assert!(!deaths.is_empty(), "an empty list of told deaths of {lock}");
+                assert!(
+                    held.contains_key(lock),
+                    "told deaths of {lock}, which {owner} does not hold"
+                );
+            }
+        }
         for (lock, deaths) in &self.marks {
             assert!(!deaths.is_empty(), "an empty list of marks of {lock}");
             for death in deaths {
@@ -319,75 +335,34 @@ fn tell(marks: &mut BTreeMap<LockName, Vec<Death>>, lock: &LockName) -> Vec<Deat
     died
 }
 
-/// A multiply-rotate hash (Firefox's, as rustc uses it) for the grants'
-/// owner index: every lock update looks its owner up here, and SipHash
-/// over the livelock path was most of what tokens cost. Owners are
-/// authenticated local peers, the allocation keeps SipHash, and a
-/// flood of colliding owners costs only this index's speed.
-#[derive(Default)]
-pub struct OwnerHasher(u64);
-
-impl OwnerHasher {
-    const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(Self::SEED);
-    }
-}
-
-impl Hasher for OwnerHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            self.add(u64::from_le_bytes(chunk.try_into().expect("eight bytes")));
-        }
-        let mut last = [0u8; 8];
-        let rest = chunks.remainder();
-        last[..rest.len()].copy_from_slice(rest);
-        self.add(u64::from_le_bytes(last) ^ rest.len() as u64);
-    }
-
-    fn write_u8(&mut self, value: u8) {
-        self.add(u64::from(value));
-    }
-
-    fn write_u32(&mut self, value: u32) {
-        self.add(u64::from(value));
-    }
-
-    fn write_u64(&mut self, value: u64) {
-        self.add(value);
-    }
-
-    fn write_usize(&mut self, value: usize) {
-        self.add(value as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
+    use super::super::allocation::Holding;
+    use super::super::manager::LockManager;
+    use super::super::owner::{Entry, Mode};
     use super::*;
 
     fn lock(text: &str) -> LockName {
         LockName::parse(text).expect("a lock name")
     }
 
-    fn owner(job: u64) -> OwnerRef {
-        Arc::new(Owner::job(
-            job,
-            format!("/livelock/{job}"),
-            100 + job as u32,
-        ))
+    fn owner(job: u64) -> Owner {
+        Owner::job(job, format!("/livelock/{job}"), 100 + job as u32)
     }
 
-    fn told(grants: &Grants, owner: &Owner, name: &str) -> Vec<(String, Token)> {
-        let grant = grants.grant(owner, &lock(name)).expect("a grant");
+    /// Grants `names` exclusively to `owner` in one update.
+    fn take(locks: &mut LockManager, owner: &Owner, names: &[&str]) {
+        let request: Vec<Entry> = names
+            .iter()
+            .map(|name| Entry::exclusive(lock(name)))
+            .collect();
+        let update = locks.try_update(owner, &request).expect("no error");
+        assert!(update.blockers.is_empty(), "blocked: {update:?}");
+        locks.check_invariants();
+    }
+
+    fn told(locks: &LockManager, owner: &Owner, name: &str) -> Vec<(String, Token)> {
+        let grant = locks.grant(owner, &lock(name)).expect("a grant");
         grant
             .died
             .iter()
@@ -395,98 +370,145 @@ mod tests {
             .collect()
     }
 
+    fn mark_count(locks: &LockManager) -> usize {
+        locks.saved_extensions().grants.marks.len()
+    }
+
     #[test]
     fn a_group_grant_is_told_of_every_marked_member_and_the_group() {
-        let mut grants = Grants::default();
+        let mut locks = LockManager::new();
         let dead = owner(1);
-        grants.granted(&dead, &[lock("node/[lockset]")]);
-        grants.granted(&dead, &[lock("node/n1"), lock("node/n2")]);
-        grants.died(&dead, 100);
-        grants.released(
-            &dead,
-            &[lock("node/[lockset]"), lock("node/n1"), lock("node/n2")],
-        );
+        take(&mut locks, &dead, &["node/[lockset]"]);
+        take(&mut locks, &dead, &["node/n1", "node/n2"]);
+        locks.free_dead(&dead);
+        locks.check_invariants();
 
         let next = owner(2);
-        grants.granted(&next, &[lock("node/[lockset]")]);
+        take(&mut locks, &next, &["node/[lockset]"]);
         assert_eq!(
-            told(&grants, &next, "node/[lockset]"),
+            told(&locks, &next, "node/[lockset]"),
             [
                 ("node/[lockset]".to_string(), 1),
                 ("node/n1".to_string(), 2),
                 ("node/n2".to_string(), 2)
             ]
         );
-        assert_eq!(grants.marks().count(), 0, "every mark was told");
+        assert_eq!(mark_count(&locks), 0, "every mark was told");
     }
 
     #[test]
     fn a_union_raising_a_lock_it_gave_keeps_the_death_it_was_told_of() {
-        let mut grants = Grants::default();
+        let mut locks = LockManager::new();
         let dead = owner(1);
-        grants.granted(&dead, &[lock("instance/i1")]);
-        grants.died(&dead, 100);
-        grants.released(&dead, &[lock("instance/i1")]);
+        take(&mut locks, &dead, &["instance/i1"]);
+        locks.free_dead(&dead);
 
         let next = owner(2);
-        grants.begin_grant();
-        grants.granted(&next, &[lock("instance/i1")]);
-        grants.granted(&next, &[lock("instance/i1")]);
-        grants.end_grant();
+        let acquired = locks.opportunistic_union(
+            &next,
+            &[
+                (lock("instance/i1"), Mode::Shared),
+                (lock("instance/i1"), Mode::Exclusive),
+            ],
+        );
+        locks.check_invariants();
+        assert_eq!(acquired, [lock("instance/i1"), lock("instance/i1")]);
         assert_eq!(
-            told(&grants, &next, "instance/i1"),
+            locks.mode_held(&next, &lock("instance/i1")),
+            Some(Mode::Exclusive)
+        );
+        assert_eq!(
+            told(&locks, &next, "instance/i1"),
             [("instance/i1".to_string(), 1)]
         );
-        assert_eq!(grants.grant(&next, &lock("instance/i1")).unwrap().token, 2);
+        assert_eq!(locks.grant(&next, &lock("instance/i1")).unwrap().token, 2);
+    }
+
+    #[test]
+    fn a_release_or_a_new_grant_forgets_the_deaths_told() {
+        let mut locks = LockManager::new();
+        let dead = owner(1);
+        take(&mut locks, &dead, &["instance/i1", "instance/i2"]);
+        locks.free_dead(&dead);
+        let next = owner(2);
+        let shared = [
+            Entry::shared(lock("instance/i1")),
+            Entry::shared(lock("instance/i2")),
+        ];
+        locks.try_update(&next, &shared).expect("no error");
+        locks.check_invariants();
+        assert_eq!(told(&locks, &next, "instance/i1").len(), 1);
+        assert_eq!(told(&locks, &next, "instance/i2").len(), 1);
+        // Raised to exclusive: a new grant, told of nothing.
+        take(&mut locks, &next, &["instance/i2"]);
+        assert_eq!(told(&locks, &next, "instance/i2"), []);
+        assert_eq!(locks.grant(&next, &lock("instance/i2")).unwrap().token, 3);
+        // Let go: nothing told is kept for it.
+        locks
+            .try_update(&next, &[Entry::release(lock("instance/i1"))])
+            .expect("no error");
+        locks.check_invariants();
+        let saved = locks.saved_extensions().grants.grants;
+        assert_eq!(saved.len(), 1);
+        assert!(saved[0].2.died.is_empty());
     }
 
     #[test]
     fn owners_sharing_a_lock_that_all_died_are_all_told() {
-        let mut grants = Grants::default();
+        let mut locks = LockManager::new();
         let (first, second) = (owner(1), owner(2));
-        grants.granted(&first, &[lock("cluster/BGL")]);
-        grants.granted(&second, &[lock("cluster/BGL")]);
+        let shared = [Entry::shared(lock("cluster/BGL"))];
+        for sharer in [&first, &second] {
+            locks.try_update(sharer, &shared).expect("no error");
+        }
         for dead in [&first, &second] {
-            grants.died(dead, 100);
-            grants.released(dead, &[lock("cluster/BGL")]);
+            locks.free_dead(dead);
+            locks.check_invariants();
         }
         let next = owner(3);
-        grants.granted(&next, &[lock("cluster/BGL")]);
+        take(&mut locks, &next, &["cluster/BGL"]);
         assert_eq!(
-            told(&grants, &next, "cluster/BGL"),
+            told(&locks, &next, "cluster/BGL"),
             [
                 ("cluster/BGL".to_string(), 1),
                 ("cluster/BGL".to_string(), 2)
             ]
         );
-        assert_eq!(grants.marks().count(), 0);
+        assert_eq!(mark_count(&locks), 0);
     }
 
     #[test]
     fn the_bound_forgets_the_oldest_deaths_of_a_shared_lock_too() {
         let mut grants = Grants::default();
-        let (first, second) = (owner(1), owner(2));
-        grants.granted(&first, &[lock("cluster/BGL")]);
-        grants.granted(&second, &[lock("cluster/BGL")]);
-        grants.died(&first, 1);
-        grants.died(&second, 1);
+        let held = |token| {
+            Holdings::from([(
+                lock("cluster/BGL"),
+                Holding {
+                    mode: Mode::Shared,
+                    token,
+                },
+            )])
+        };
+        grants.issued(1);
+        grants.issued(2);
+        grants.died(&owner(1), &held(1), 1);
+        grants.died(&owner(2), &held(2), 1);
         let kept: Vec<Token> = grants.marks().map(|death| death.token).collect();
         assert_eq!(kept, [2]);
     }
 
     #[test]
     fn a_member_grant_is_told_of_its_group_and_leaves_the_mark() {
-        let mut grants = Grants::default();
+        let mut locks = LockManager::new();
         let dead = owner(1);
-        grants.granted(&dead, &[lock("node/[lockset]")]);
-        grants.died(&dead, 100);
-        grants.released(&dead, &[lock("node/[lockset]")]);
+        take(&mut locks, &dead, &["node/[lockset]"]);
+        locks.free_dead(&dead);
         let next = owner(2);
-        grants.granted(&next, &[lock("node/n1")]);
+        take(&mut locks, &next, &["node/n1"]);
         assert_eq!(
-            told(&grants, &next, "node/n1"),
+            told(&locks, &next, "node/n1"),
             [("node/[lockset]".to_string(), 1)]
         );
-        assert_eq!(grants.marks().count(), 1);
+        assert_eq!(mark_count(&locks), 1);
     }
 }

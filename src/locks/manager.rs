@@ -6,7 +6,8 @@ use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::allocation::{
-    Allocation, Cycle, LockError, OwnerRef, check_against, conflicting_holdings, is_satisfied_by,
+    Allocation, Cycle, Holding, LockError, OwnerRef, RaisedAndReleased, check_against,
+    conflicting_holdings, is_satisfied_by,
 };
 use super::fairness::{Deadlocks, Fairness, LockPolicy, WaitIndex, WaiterKey};
 use super::grants::{Death, Grant, Grants, SavedGrants, Token};
@@ -147,15 +148,16 @@ pub struct LockManager {
     /// Bumped by every change of the state, so that a caller can tell
     /// whether an operation changed anything (and must be made durable).
     changes: u64,
-    /// Fencing tokens and death marks of the holdings.
+    /// The token counter and the deaths (each holding's token is in the
+    /// allocation).
     grants: Grants,
     policy: LockPolicy,
     /// Fifo mode only: who waits for what, to find the waiters ahead.
     waits: WaitIndex,
     next_arrival: u64,
-    /// The locks one update raises and releases, kept between updates so
-    /// that an update allocates nothing for them.
-    scratch: (Vec<LockName>, Vec<LockName>),
+    /// The locks one update raises and releases, when there are deaths,
+    /// kept between updates so that an update allocates nothing for them.
+    scratch: RaisedAndReleased,
 }
 
 /// One level of a revisit cascade (Ganeti's `revisitRequests`): the groups
@@ -246,17 +248,26 @@ impl LockManager {
     }
 
     /// Applies a checked, unblocked request, giving the locks it raises one
-    /// fencing token and forgetting the grants of those it releases.
+    /// fencing token and telling its grant of the deaths it covers.
     fn apply_granting(&mut self, owner: &OwnerRef, request: &[Entry]) {
-        let (mut raised, mut released) = std::mem::take(&mut self.scratch);
-        raised.clear();
-        released.clear();
-        self.allocation
-            .apply_noting(owner, request, &mut raised, &mut released);
-        raised.sort_unstable();
-        raised.dedup();
-        self.grants.changed(owner, &released, &raised);
-        self.scratch = (raised, released);
+        let token = self.grants.next_token();
+        if !self.grants.follows_updates() {
+            // The usual case: no marks to tell, no told deaths to forget.
+            if self.allocation.apply(owner, request, token, None) {
+                self.grants.issued(token);
+            }
+            return;
+        }
+        let mut noted = std::mem::take(&mut self.scratch);
+        noted.clear();
+        if self
+            .allocation
+            .apply(owner, request, token, Some(&mut noted))
+        {
+            self.grants.issued(token);
+        }
+        self.grants.changed(owner, token, &mut noted);
+        self.scratch = noted;
     }
 
     /// `updateLocksWaiting`: like `try_update`, but a blocked request stays
@@ -408,8 +419,9 @@ impl LockManager {
     /// The release of a dead owner: as `free_locks`, and the next grantee
     /// of each lock it held is told that its holder died.
     pub fn free_dead(&mut self, owner: &Owner) -> Vec<OwnerRef> {
-        if self.grants.of(owner).is_some() {
-            self.grants.died(owner, crate::limits::DEATH_MARKS_MAX);
+        if let Some(holdings) = self.allocation.holdings(owner) {
+            self.grants
+                .died(owner, holdings, crate::limits::DEATH_MARKS_MAX);
             self.changes += 1;
         }
         self.free_locks(owner)
@@ -451,7 +463,7 @@ impl LockManager {
             .holdings(owner)
             .into_iter()
             .flatten()
-            .filter_map(|(lock, mode)| Some(Entry::new(lock.clone(), rewrite(lock, *mode)?)))
+            .filter_map(|(lock, held)| Some(Entry::new(lock.clone(), rewrite(lock, held.mode)?)))
             .collect();
         let unchanged = self.allocation.is_satisfied(owner, &request);
         let update = self
@@ -507,7 +519,7 @@ impl LockManager {
         let mut held = self.allocation.holdings(owner).cloned().unwrap_or_default();
         let mut tries: Vec<(LockName, Mode)> = wanted
             .iter()
-            .filter(|(lock, mode)| held.get(lock).copied() < Some(*mode))
+            .filter(|(lock, mode)| held.get(lock).map(|holding| holding.mode) < Some(*mode))
             .cloned()
             .collect();
         tries.sort();
@@ -518,7 +530,9 @@ impl LockManager {
                 || (check_against(Some(&held), &entry).is_ok()
                     && self.blockers_at(owner, None, &entry).is_empty());
             if acquired {
-                held.insert(lock.clone(), mode);
+                // Only the modes count for the plan: the token is drawn
+                // when the union is applied.
+                held.insert(lock.clone(), Holding { mode, token: 0 });
                 plan.push((lock, mode));
             }
         }
@@ -541,8 +555,12 @@ impl LockManager {
     }
 
     /// The grant `owner` holds `lock` with, if it holds it directly.
-    pub fn grant(&self, owner: &Owner, lock: &LockName) -> Option<&Grant> {
-        self.grants.grant(owner, lock)
+    pub fn grant(&self, owner: &Owner, lock: &LockName) -> Option<Grant> {
+        let holding = self.allocation.holding(owner, lock)?;
+        Some(Grant {
+            token: holding.token,
+            died: self.grants.told(owner, lock).to_vec(),
+        })
     }
 
     /// The last fencing token issued (0: none yet).
@@ -561,12 +579,16 @@ impl LockManager {
             if entry.action == Action::Release {
                 continue;
             }
-            let grant = self
-                .grants
-                .grant(owner, &entry.lock)
-                .or_else(|| self.grants.grant(owner, &entry.lock.group()?))?;
-            token = token.max(grant.token);
-            for death in &grant.died {
+            let (lock, holding) = match self.allocation.holding(owner, &entry.lock) {
+                Some(holding) => (entry.lock.clone(), holding),
+                None => {
+                    let group = entry.lock.group()?;
+                    let holding = self.allocation.holding(owner, &group)?;
+                    (group, holding)
+                }
+            };
+            token = token.max(holding.token);
+            for death in self.grants.told(owner, &lock) {
                 if !died.contains(death) {
                     died.push(death.clone());
                 }
@@ -579,9 +601,9 @@ impl LockManager {
     /// its group) with now.
     pub fn check_fence(&self, owner: &Owner, lock: &LockName, token: Token) -> bool {
         let current = |lock: &LockName| {
-            self.grants
-                .grant(owner, lock)
-                .is_some_and(|grant| grant.token == token && token != 0)
+            self.allocation
+                .holding(owner, lock)
+                .is_some_and(|holding| holding.token == token && token != 0)
         };
         current(lock) || lock.group().is_some_and(|group| current(&group))
     }
@@ -687,7 +709,7 @@ impl LockManager {
             .holdings(owner)
             .map(|held| {
                 held.iter()
-                    .map(|(lock, mode)| (lock.clone(), *mode))
+                    .map(|(lock, holding)| (lock.clone(), holding.mode))
                     .collect()
             })
             .unwrap_or_default()
@@ -756,13 +778,13 @@ impl LockManager {
         let mut held = Vec::new();
         for entry in request {
             let lock = &entry.lock;
-            if let Some(mode) = holdings.get(lock) {
-                held.push((lock.clone(), *mode));
+            if let Some(holding) = holdings.get(lock) {
+                held.push((lock.clone(), holding.mode));
             }
             if let Some(group) = lock.group()
-                && let Some(mode) = holdings.get(&group)
+                && let Some(holding) = holdings.get(&group)
             {
-                held.push((group, *mode));
+                held.push((group, holding.mode));
             }
             if lock.is_group() {
                 held.extend(
@@ -770,7 +792,7 @@ impl LockManager {
                         .iter()
                         .filter(|(member, _)| member.group().as_ref() == Some(lock))
                         .take(members_max)
-                        .map(|(member, mode)| (member.clone(), *mode)),
+                        .map(|(member, holding)| (member.clone(), holding.mode)),
                 );
             }
         }
@@ -788,13 +810,7 @@ impl LockManager {
         holdings
             .iter()
             .take(max)
-            .map(|(lock, mode)| {
-                let token = self
-                    .grants
-                    .grant(holder, lock)
-                    .map_or(0, |grant| grant.token);
-                (lock.clone(), *mode, token)
-            })
+            .map(|(lock, holding)| (lock.clone(), holding.mode, holding.token))
             .collect()
     }
 
@@ -877,7 +893,7 @@ impl LockManager {
         arrivals.sort_unstable();
         SavedExtensions {
             policy: self.policy,
-            grants: self.grants.saved(),
+            grants: self.grants.saved(self.allocation.all_holdings()),
             arrivals,
             next_arrival: self.next_arrival,
         }
@@ -912,23 +928,18 @@ impl LockManager {
                     owner_list(&blockers)
                 )));
             }
-            manager.allocation.apply(&Arc::new(owner.clone()), &request);
+            // Token 0 (never issued) until the saved grants give theirs.
+            let owner = Arc::new(owner.clone());
+            manager.allocation.apply(&owner, &request, 0, None);
         }
-        let allocation = &manager.allocation;
-        let mut grants = Grants::restore(&extensions.grants, |owner, lock| {
-            allocation
-                .mode_held(owner, lock)
-                .and(allocation.owner_ref(owner).cloned())
+        let allocation = &mut manager.allocation;
+        manager.grants = Grants::restore(&extensions.grants, |owner, lock, token| {
+            if !allocation.set_token(owner, lock, token) {
+                return None;
+            }
+            allocation.owner_ref(owner).cloned()
         })
         .map_err(|reason| RestoreError(format!("impossible grant: {reason}")))?;
-        for (owner, held) in manager.allocation.all_holdings() {
-            for lock in held.keys() {
-                if grants.grant(owner, lock).is_none() {
-                    grants.restored_without_token(owner, lock);
-                }
-            }
-        }
-        manager.grants = grants;
         let arrivals: HashMap<&Owner, u64> = extensions
             .arrivals
             .iter()

@@ -7,7 +7,8 @@
 //!   checks and blockers of one atomic update.
 //! - [`manager`]: [`LockManager`], the allocation plus waiting requests: the
 //!   whole of wconfd's lock state and every operation on it.
-//! - [`grants`]: fencing tokens and death marks of the holdings.
+//! - [`grants`]: the fencing token counter, the deaths told to grants and
+//!   the death marks (each holding's token is in the allocation).
 //! - [`fairness`]: the lock policy (Ganeti or fifo fairness, deadlocks
 //!   waited or refused) and the index of waiters fifo mode needs.
 //! - [`op`]: the state-changing operations as values ([`LockOp`]), the one

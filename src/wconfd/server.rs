@@ -1029,8 +1029,7 @@ impl State {
                     let holders: Vec<Value> = holders
                         .iter()
                         .map(|(owner, mode)| {
-                            let grant =
-                                self.manager.grant(owner, lock).cloned().unwrap_or_default();
+                            let grant = self.manager.grant(owner, lock).unwrap_or_default();
                             let mut about = json!({"token": grant.token});
                             if !grant.died.is_empty() {
                                 about["died"] =

@@ -882,7 +882,7 @@ fn check_deaths(moment: &Moment<'_>) -> Result<(), String> {
         }
         if let Some(now) = real.grant(owner, lock) {
             ensure!(
-                now == grant,
+                now == *grant,
                 "the grant of {lock} to {} changed from {grant:?} to {now:?} without a grant",
                 moment.name(owner)
             );
